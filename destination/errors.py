@@ -1,0 +1,42 @@
+"""The error taxonomy: every failure the destination reports maps to one answer.
+
+- `UserActionRequired` → a Task (the sync stops; the message says what to do).
+- `BadBatchFile` / `BadRequest` → gRPC INVALID_ARGUMENT (a malformed request or file).
+- `CommitConflict` → retried internally, then a Task.
+- anything else → gRPC INTERNAL, logged once as SEVERE.
+Messages name the table, file and cause; they never contain keys or row values.
+"""
+from __future__ import annotations
+
+
+class DestinationError(Exception):
+    """Root of all errors raised on purpose by this destination."""
+
+
+class UserActionRequired(DestinationError):
+    """The user must change something (configuration, credentials, table definition)."""
+
+
+class StorageError(UserActionRequired):
+    """The table store could not be reached or refused an operation."""
+
+
+class BadRequest(DestinationError):
+    """The request itself is malformed (unknown type, missing key, bad table definition)."""
+
+
+class BadBatchFile(BadRequest):
+    """A batch file cannot be read: wrong key, bad padding, corrupt or truncated data, bad CSV."""
+
+    def __init__(self, path: str, cause: str) -> None:
+        super().__init__(f"batch file {path!r}: {cause}")
+        self.path = path
+        self.cause = cause
+
+
+class CommitConflict(DestinationError):
+    """Another writer committed the version this write was based on."""
+
+
+class TableNotFound(UserActionRequired):
+    """The table does not exist in the store."""

@@ -1,0 +1,27 @@
+"""The generated fivetran_sdk.v2 stubs.
+
+protoc emits `import common_pb2` (a top-level import) into destination_sdk_pb2.py,
+because the .proto files import each other by bare file name as upstream does.
+Rather than rewriting generated code, this package puts its own directory on
+sys.path once so those imports resolve to the stubs generated next to it.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:
+    sys.path.append(_HERE)
+
+try:
+    import common_pb2 as common  # noqa: E402
+    import destination_sdk_pb2 as sdk  # noqa: E402
+    import destination_sdk_pb2_grpc as sdk_grpc  # noqa: E402
+except ImportError as exc:  # pragma: no cover - only on a broken install
+    raise ImportError(
+        "The fivetran_sdk.v2 stubs are missing: they are generated from protos/ when the package is "
+        "installed. Run `pip install -e .` (or `pip install .`) from the repository root."
+    ) from exc
+
+__all__ = ["common", "sdk", "sdk_grpc"]

@@ -1,0 +1,101 @@
+"""The destination's own view of a table definition, independent of protobuf.
+
+Frozen dataclasses so a definition can be compared (CreateTable retries), hashed,
+stored in `_table.json` and shipped to Spark tasks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+SYNCED = "_fivetran_synced"
+DELETED = "_fivetran_deleted"
+FIVETRAN_ID = "_fivetran_id"
+START = "_fivetran_start"
+END = "_fivetran_end"
+ACTIVE = "_fivetran_active"
+DESTINATION_META = "_destination_meta"  # internal: per-row version + captured conversion failures
+
+FIVETRAN_TYPES = (
+    "BOOLEAN", "SHORT", "INT", "LONG", "DECIMAL", "FLOAT", "DOUBLE", "NAIVE_DATE", "NAIVE_DATETIME",
+    "UTC_DATETIME", "BINARY", "XML", "STRING", "JSON", "NAIVE_TIME",
+)
+DEFAULT_DECIMAL = (38, 10)
+MAX_DECIMAL_PRECISION = 38
+
+
+@dataclass(frozen=True)
+class ColumnDef:
+    name: str
+    type: str  # a Fivetran DataType name, e.g. "DECIMAL"
+    primary_key: bool = False
+    precision: int | None = None  # DECIMAL only
+    scale: int | None = None  # DECIMAL only
+    string_byte_length: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "type": self.type, "primary_key": self.primary_key}
+        if self.precision is not None:
+            out["precision"] = self.precision
+            out["scale"] = self.scale
+        if self.string_byte_length is not None:
+            out["string_byte_length"] = self.string_byte_length
+        return out
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> "ColumnDef":
+        return ColumnDef(
+            name=data["name"], type=data["type"], primary_key=bool(data.get("primary_key", False)),
+            precision=data.get("precision"), scale=data.get("scale"),
+            string_byte_length=data.get("string_byte_length"),
+        )
+
+    def ddl(self) -> str:
+        """The exact Fivetran type, e.g. `DECIMAL(38,10)`, as kept in `_schema.json`."""
+        if self.type == "DECIMAL":
+            return f"DECIMAL({self.precision},{self.scale})"
+        if self.string_byte_length is not None:
+            return f"{self.type}({self.string_byte_length})"
+        return self.type
+
+
+@dataclass(frozen=True)
+class TableDef:
+    name: str
+    columns: tuple[ColumnDef, ...]
+    bucket_count: int = 16
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    @property
+    def key_columns(self) -> list[str]:
+        """The primary key; a table without one is keyed by all its non-system columns."""
+        keys = [c.name for c in self.columns if c.primary_key]
+        if keys:
+            return keys
+        return [c.name for c in self.columns if not c.name.startswith("_fivetran_")] or self.column_names
+
+    @property
+    def is_history(self) -> bool:
+        return any(c.name == START and c.primary_key for c in self.columns)
+
+    def column(self, name: str) -> ColumnDef | None:
+        for c in self.columns:
+            if c.name == name:
+                return c
+        return None
+
+    def with_columns(self, columns: list[ColumnDef]) -> "TableDef":
+        return replace(self, columns=tuple(columns))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "columns": [c.to_json() for c in self.columns],
+                "bucket_count": self.bucket_count}
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> "TableDef":
+        return TableDef(name=data["name"], columns=tuple(ColumnDef.from_json(c) for c in data["columns"]),
+                        bucket_count=int(data.get("bucket_count", 16)))
