@@ -112,7 +112,7 @@ def _python_fallback(values: pa.Array, col: ColumnDef, target: pa.DataType) -> t
             out.append(None)
             continue
         try:
-            out.append(parse(v, col))
+            out.append(parse(v if isinstance(v, str) else str(v), col))
         except _Bad as bad:
             out.append(bad.replacement)
             failures.append(Failure(i, col.name, bad.change, bad.reason))

@@ -1,0 +1,1 @@
+"""Reading Fivetran batch files: decrypt → decompress → parse → typed Arrow."""

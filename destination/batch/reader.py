@@ -1,0 +1,156 @@
+"""Batch file → typed Arrow record batches, by the request's table definition.
+
+CSV: columns are matched by header name in any order; comma separator, `"` quote,
+doubled quotes, backslash is not an escape, newlines may sit inside quoted values.
+The request's null marker (never quoted) means NULL; the unmodified marker means
+"keep the stored value" and is returned as a per-column mask.
+Parquet (Fivetran's Avro writer): instants and dates arrive as strings, binary as bytes.
+
+Batches are yielded one block at a time, so memory stays bounded by a few blocks
+whatever the file size; callers that need the whole file concatenate.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+from dataclasses import dataclass, field
+from typing import BinaryIO, Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import zstandard
+
+from destination.batch.stream import CHUNK, open_plaintext
+from destination.conversion import Failure, convert_column
+from destination.errors import BadBatchFile
+from destination.table_model import ColumnDef
+
+CSV_BLOCK = 4 << 20
+HEADER_PEEK = 1 << 20
+
+
+@dataclass(frozen=True)
+class FileFormat:
+    """How the request says its files are written."""
+
+    encrypted: bool
+    compression: str  # OFF | ZSTD | GZIP
+    null_string: str
+    unmodified_string: str
+    kind: str = "csv"  # csv | parquet
+
+
+@dataclass
+class DecodedBatch:
+    """One block of a batch file: typed columns present in the file, in table order."""
+
+    table: pa.Table
+    unmodified: dict[str, pa.Array] = field(default_factory=dict)
+    failures: list[Failure] = field(default_factory=list)
+
+
+def iter_batch_file(path: str, columns: list[ColumnDef], fmt: FileFormat, key: bytes | None,
+                    required: list[str], digest: "hashlib._Hash | None" = None) -> Iterator[DecodedBatch]:
+    """Yield typed blocks of one batch file; raises BadBatchFile naming the file and cause."""
+    stream = open_plaintext(path, key=key, encrypted=fmt.encrypted, compression=fmt.compression, digest=digest)
+    try:
+        if fmt.kind == "parquet":
+            yield from _iter_parquet(path, stream, columns, fmt, required)
+        else:
+            yield from _iter_csv(path, stream, columns, fmt, required)
+    except BadBatchFile:
+        raise
+    except (zstandard.ZstdError, EOFError, OSError) as exc:
+        raise BadBatchFile(path, f"corrupt or truncated data: {exc}") from None
+    except pa.ArrowInvalid as exc:
+        raise BadBatchFile(path, f"malformed content: {exc}") from None
+    finally:
+        stream.close()
+
+
+def read_header(path: str, buffered: io.BufferedReader) -> list[str]:
+    head = buffered.peek(HEADER_PEEK)
+    if not head.strip():
+        raise BadBatchFile(path, "CSV file is empty: no header row")
+    text = head.decode("utf-8", errors="replace")
+    try:
+        header = next(csv.reader(io.StringIO(text, newline="")))
+    except (StopIteration, csv.Error) as exc:
+        raise BadBatchFile(path, f"cannot read the CSV header: {exc}") from None
+    if len(set(header)) != len(header):
+        raise BadBatchFile(path, "CSV header repeats a column name")
+    return header
+
+
+def _check_columns(path: str, present: list[str], columns: list[ColumnDef], required: list[str]) -> None:
+    missing = [c for c in required if c not in present]
+    if missing:
+        raise BadBatchFile(path, f"missing key column(s) {missing} (no header row, or not this table's file?)")
+    if not any(c.name in present for c in columns):
+        raise BadBatchFile(path, "none of the table's columns are in the header (file without a header row?)")
+
+
+def _iter_csv(path: str, stream: BinaryIO, columns: list[ColumnDef], fmt: FileFormat,
+              required: list[str]) -> Iterator[DecodedBatch]:
+    buffered = io.BufferedReader(stream, HEADER_PEEK + CHUNK)  # type: ignore[arg-type]
+    header = read_header(path, buffered)
+    _check_columns(path, header, columns, required)
+    known = {c.name for c in columns}
+    reader = pacsv.open_csv(
+        buffered,
+        read_options=pacsv.ReadOptions(block_size=CSV_BLOCK, use_threads=True),
+        parse_options=pacsv.ParseOptions(delimiter=",", quote_char='"', double_quote=True, escape_char=False,
+                                         newlines_in_values=True),
+        convert_options=pacsv.ConvertOptions(
+            column_types={name: pa.string() for name in header},
+            include_columns=[name for name in header if name in known],
+            null_values=[fmt.null_string] if fmt.null_string else [],
+            strings_can_be_null=True,
+            quoted_strings_can_be_null=False,
+        ),
+    )
+    for batch in reader:
+        yield _convert_block(pa.Table.from_batches([batch]), columns, fmt)
+
+
+def _iter_parquet(path: str, stream: BinaryIO, columns: list[ColumnDef], fmt: FileFormat,
+                  required: list[str]) -> Iterator[DecodedBatch]:
+    # Parquet needs random access: the plaintext is held in memory (never written to disk).
+    data = stream.read()
+    try:
+        pfile = pq.ParquetFile(pa.BufferReader(data))
+    except pa.ArrowInvalid as exc:
+        raise BadBatchFile(path, f"not a readable Parquet file: {exc}") from None
+    present = pfile.schema_arrow.names
+    _check_columns(path, present, columns, required)
+    wanted = [c.name for c in columns if c.name in present]
+    for batch in pfile.iter_batches(batch_size=256_000, columns=wanted):
+        yield _convert_block(pa.Table.from_batches([batch]), columns, fmt)
+
+
+def _convert_block(raw: pa.Table, columns: list[ColumnDef], fmt: FileFormat) -> DecodedBatch:
+    arrays: list[pa.Array] = []
+    names: list[str] = []
+    unmodified: dict[str, pa.Array] = {}
+    failures: list[Failure] = []
+    for col in columns:
+        if col.name not in raw.column_names:
+            continue
+        values = raw.column(col.name).combine_chunks()
+        if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+            if fmt.unmodified_string:
+                mask = pc.fill_null(pc.equal(values, fmt.unmodified_string), False)
+                if pc.any(mask).as_py():
+                    unmodified[col.name] = mask
+                    values = pc.if_else(mask, pa.scalar(None, values.type), values)
+            if fmt.kind == "parquet" and fmt.null_string:
+                values = pc.if_else(pc.fill_null(pc.equal(values, fmt.null_string), False),
+                                    pa.scalar(None, values.type), values)
+        typed, col_failures = convert_column(values, col)
+        arrays.append(typed)
+        names.append(col.name)
+        failures.extend(col_failures)
+    return DecodedBatch(pa.Table.from_arrays(arrays, names=names), unmodified, failures)

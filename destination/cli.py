@@ -1,0 +1,82 @@
+"""`records-destination`: serve, tester, tables, show."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from destination import logs
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from destination.server import serve
+    from destination.settings import ServerOptions
+
+    logs.configure_library_logging()
+    options = ServerOptions(root=args.root, batch_file_format=args.batch_file_format, spark_master=args.spark_master)
+    return serve(options, args.port)
+
+
+def _tester(args: argparse.Namespace) -> int:
+    from destination.tester.harness import run_tester
+
+    return run_tester(args.input, address=args.address, schema=args.schema_name, plain_text=args.plain_text,
+                      batch_file_type=args.batch_file_type, configuration_file=args.configuration)
+
+
+def _tables(args: argparse.Namespace) -> int:
+    from destination.inspection import list_tables
+
+    return list_tables(args.root, _s3_options(args))
+
+
+def _show(args: argparse.Namespace) -> int:
+    from destination.inspection import show_table
+
+    return show_table(args.root, args.table, args.version, args.limit, _s3_options(args))
+
+
+def _s3_options(args: argparse.Namespace) -> dict[str, str]:
+    return {"s3_endpoint": args.s3_endpoint or "", "s3_region": args.s3_region or ""}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="records-destination",
+                                     description="Fivetran Partner SDK v2 destination writing records directories")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the gRPC server")
+    serve.add_argument("--port", type=int, default=50052)
+    serve.add_argument("--root", default="./data", help="local path or s3://bucket/prefix (default ./data)")
+    serve.add_argument("--batch-file-format", choices=("csv", "parquet"), default="csv")
+    serve.add_argument("--spark-master", default="local[*]", help="Spark master URL (default local[*])")
+    serve.set_defaults(func=_serve)
+
+    tester = sub.add_parser("tester", help="drive a server with Fivetran destination-tester input files")
+    tester.add_argument("--input", required=True, help="an input .json file or a folder of them")
+    tester.add_argument("--address", default="localhost:50052")
+    tester.add_argument("--schema-name", default="tester")
+    tester.add_argument("--plain-text", action="store_true", help="send uncompressed, unencrypted files")
+    tester.add_argument("--batch-file-type", choices=("csv", "parquet"), default="csv")
+    tester.add_argument("--configuration", help="configuration.json (default: the one beside the input, if any)")
+    tester.set_defaults(func=_tester)
+
+    for name, helptext in (("tables", "list schemas, tables, versions and row counts"), ("show", "print a table's rows")):
+        p = sub.add_parser(name, help=helptext)
+        if name == "show":
+            p.add_argument("table", help="SCHEMA.TABLE")
+            p.add_argument("--version", type=int)
+            p.add_argument("--limit", type=int, default=20)
+        p.add_argument("--root", default="./data")
+        p.add_argument("--s3-endpoint")
+        p.add_argument("--s3-region")
+        p.set_defaults(func=_tables if name == "tables" else _show)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,203 @@
+"""The DestinationConnector servicer: one thin method per RPC.
+
+`_rpc` wraps each method: it parses the configuration, holds the table's lock,
+times the call, logs one line when it completes, and maps errors to the answer
+the protocol expects (Task, gRPC status) — see errors.py.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+import threading
+import time
+import traceback
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import grpc
+
+from destination import logs
+from destination.errors import BadRequest, CommitConflict, DestinationError, UserActionRequired
+from destination.ops_builder import build_operations
+from destination.protocol import common, sdk, sdk_grpc
+from destination.proto_convert import file_format, table_from_proto, table_to_proto
+from destination.settings import TEST_SPARK, TEST_STORAGE, ServerOptions, configuration_form, storage_spec
+from destination.storage.base import StorageSpec, open_storage
+from destination.table_model import DELETED
+from destination.table_store.store import AlreadyApplied, TableLocks, TableStore
+from destination.write_path import WritePath
+from spark_jobs.session import get_session, trivial_job
+
+
+@dataclass
+class Backend:
+    store: TableStore
+    writer: WritePath
+
+
+def scrub(message: str) -> str:
+    """Keep row values out of messages: drop quoted literals and CSV row echoes from library errors."""
+    message = re.sub(r"'[^']*'", "'…'", message)
+    return re.sub(r"(got \d+ columns?)[^\n]*", r"\1", message)
+
+
+class DestinationService(sdk_grpc.DestinationConnectorServicer):
+    def __init__(self, options: ServerOptions) -> None:
+        self.options = options
+        self.locks = TableLocks()
+        self._backends: dict[StorageSpec, Backend] = {}
+        self._backends_lock = threading.Lock()
+
+    # ---- plumbing ----------------------------------------------------------------------
+
+    def spark(self) -> Any:
+        return get_session(self.options.spark_master)
+
+    def backend(self, configuration: Any) -> Backend:
+        spec = storage_spec(dict(configuration), self.options)
+        with self._backends_lock:
+            found = self._backends.get(spec)
+            if found is None:
+                store = TableStore(open_storage(spec))
+                found = self._backends[spec] = Backend(store, WritePath(store, self.spark))
+            return found
+
+    # ---- RPCs without a table ------------------------------------------------------------
+
+    def ConfigurationForm(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return configuration_form()
+
+    def Capabilities(self, request: Any, context: grpc.ServicerContext) -> Any:
+        fmt = "PARQUET" if self.options.batch_file_format == "parquet" else "CSV"
+        return sdk.CapabilitiesResponse(batch_file_format=sdk.BatchFileFormat.Value(fmt))
+
+    def Test(self, request: Any, context: grpc.ServicerContext) -> Any:
+        started = time.monotonic()
+        try:
+            if request.name == TEST_STORAGE:
+                self._test_storage(request.configuration)
+            elif request.name == TEST_SPARK:
+                if trivial_job(self.spark()) != 4950:
+                    raise DestinationError("the trivial Spark job returned a wrong result")
+            else:
+                return common.TestResponse(failure=f"unknown test {request.name!r}")
+        except DestinationError as exc:
+            logs.warning(f"[Test] {request.name}: failed: {exc}")
+            return common.TestResponse(failure=str(exc))
+        except Exception as exc:  # report the real cause to the user
+            logs.warning(f"[Test] {request.name}: failed: {type(exc).__name__}: {scrub(str(exc))}")
+            return common.TestResponse(failure=f"{type(exc).__name__}: {scrub(str(exc))}")
+        logs.info(f"[Test] {request.name}: succeeded in {time.monotonic() - started:.2f}s")
+        return common.TestResponse(success=True)
+
+    def _test_storage(self, configuration: Any) -> None:
+        storage = self.backend(configuration).store.storage
+        probe = f"_probe/{uuid.uuid4().hex}"
+        payload = os.urandom(64)
+        storage.write_bytes(probe, payload)
+        try:
+            if storage.read_bytes(probe) != payload:
+                raise UserActionRequired(f"the probe object read back from {storage.url(probe)} differs from what was written")
+        finally:
+            storage.delete(probe)
+
+    # ---- table RPCs ------------------------------------------------------------------------
+
+    @staticmethod
+    def _rpc(name: str, response: Any, table_of: Callable[[Any], tuple[str, str]]) -> Callable[..., Any]:
+        def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
+            @functools.wraps(method)
+            def run(self: "DestinationService", request: Any, context: grpc.ServicerContext) -> Any:
+                schema, table = table_of(request)
+                label = f"[{name}] {schema}.{table}"
+                started = time.monotonic()
+                try:
+                    backend = self.backend(request.configuration)
+                    with self.locks.hold(backend.store.storage.spec.root, schema, table):
+                        result, detail = method(self, request, backend, schema, table)
+                except (UserActionRequired, CommitConflict) as exc:
+                    logs.warning(f"{label}: {exc}")
+                    return response(task=common.Task(message=f"{name} {schema}.{table}: {exc}"))
+                except BadRequest as exc:
+                    logs.warning(f"{label}: rejected: {scrub(str(exc))}")
+                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{name} {schema}.{table}: {scrub(str(exc))}")
+                except DestinationError as exc:
+                    logs.severe(f"{label}: {scrub(str(exc))}")
+                    context.abort(grpc.StatusCode.INTERNAL, f"{name} {schema}.{table}: {scrub(str(exc))}")
+                except Exception as exc:
+                    where = "".join(traceback.format_tb(exc.__traceback__, limit=-3)).replace("\n", " | ")
+                    logs.severe(f"{label}: unexpected {type(exc).__name__}: {scrub(str(exc))} at {where}")
+                    context.abort(grpc.StatusCode.INTERNAL, f"{name} {schema}.{table}: unexpected {type(exc).__name__}: {scrub(str(exc))}")
+                logs.info(f"{label}: {detail} in {time.monotonic() - started:.3f}s")
+                return result
+            return run
+        return wrap
+
+    @_rpc("DescribeTable", sdk.DescribeTableResponse, lambda r: (r.schema_name, r.table_name))
+    def DescribeTable(self, request: Any, backend: Backend, schema: str, table: str) -> tuple[Any, str]:
+        current = backend.store.load(schema, table)
+        if current is None:
+            return sdk.DescribeTableResponse(not_found=True), "not found"
+        return sdk.DescribeTableResponse(table=table_to_proto(current.table)), f"version {current.version}"
+
+    @_rpc("CreateTable", sdk.CreateTableResponse, lambda r: (r.schema_name, r.table.name))
+    def CreateTable(self, request: Any, backend: Backend, schema: str, table: str) -> tuple[Any, str]:
+        definition = table_from_proto(request.table)
+        created, difference = backend.writer.create_table(schema, definition)
+        if created:
+            return sdk.CreateTableResponse(success=True), f"created with {len(definition.columns)} columns"
+        if not difference:
+            return sdk.CreateTableResponse(success=True), "already exists with this definition"
+        raise UserActionRequired(f"the table already exists with another definition: {difference}. "
+                                 "Use AlterTable, or drop the table first")
+
+    @_rpc("AlterTable", sdk.AlterTableResponse, lambda r: (r.schema_name, r.table.name))
+    def AlterTable(self, request: Any, backend: Backend, schema: str, table: str) -> tuple[Any, str]:
+        outcome = backend.writer.alter_table(schema, table_from_proto(request.table), request.drop_columns)
+        return sdk.AlterTableResponse(success=True), f"version {outcome.version}"
+
+    @_rpc("Truncate", sdk.TruncateResponse, lambda r: (r.schema_name, r.table_name))
+    def Truncate(self, request: Any, backend: Backend, schema: str, table: str) -> tuple[Any, str]:
+        cutoff_us = request.utc_delete_before.seconds * 1_000_000 + request.utc_delete_before.nanos // 1000
+        deleted = request.soft.deleted_column if request.HasField("soft") else None
+        if request.HasField("soft") and not deleted:
+            deleted = DELETED
+        outcome = backend.writer.truncate(schema, table, request.synced_column or "_fivetran_synced", cutoff_us, deleted)
+        if outcome.counts.get("missing_table"):
+            return sdk.TruncateResponse(success=True), "table does not exist: nothing to truncate"
+        return sdk.TruncateResponse(success=True), f"{'soft' if deleted else 'hard'}: {outcome.counts} version {outcome.version}"
+
+    @_rpc("WriteBatch", sdk.WriteBatchResponse, lambda r: (r.schema_name, r.table.name))
+    def WriteBatch(self, request: Any, backend: Backend, schema: str, table: str) -> tuple[Any, str]:
+        current = backend.store.load(schema, table)
+        if current is None:
+            raise UserActionRequired("the table does not exist; CreateTable must come first")
+        requested = table_from_proto(request.table)
+        current = backend.writer.ensure_columns(schema, current, list(requested.columns))
+        files = {"replace": list(request.replace_files), "update": list(request.update_files),
+                 "delete": list(request.delete_files)}
+        kind = self.options.batch_file_format
+        if any(".parquet" in os.path.basename(p) for paths in files.values() for p in paths):
+            kind = "parquet"
+        ops = build_operations(current.table, files, dict(request.keys), file_format(request.file_params, kind))
+        if ops.failures_by_column:
+            logs.warning(f"[WriteBatch] {schema}.{table}: values that did not convert to their column type were stored "
+                         f"as NULL (BINARY: raw bytes) and recorded in _destination_meta: {ops.failures_by_column}")
+        try:
+            outcome = backend.writer.write_batch(schema, table, ops)
+        except AlreadyApplied as done:
+            return sdk.WriteBatchResponse(success=True), f"{ops.rows} rows already applied in version {done.version} (retried request)"
+        return sdk.WriteBatchResponse(success=True), f"{ops.rows} rows from {ops.files} files: {outcome.counts}, version {outcome.version}"
+
+    @_rpc("WriteHistoryBatch", sdk.WriteBatchResponse, lambda r: (r.schema_name, r.table.name))
+    def WriteHistoryBatch(self, request: Any, backend: Backend, schema: str, table: str) -> tuple[Any, str]:
+        return (sdk.WriteBatchResponse(task=common.Task(
+            message=f"WriteHistoryBatch {schema}.{table}: history mode is not available in this version of the "
+                    "destination yet; switch the connector to soft-delete mode")), "history mode not available yet")
+
+    @_rpc("Migrate", sdk.MigrateResponse, lambda r: (r.details.schema, r.details.table))
+    def Migrate(self, request: Any, backend: Backend, schema: str, table: str) -> tuple[Any, str]:
+        op = request.details.WhichOneof("operation") or "none"
+        return sdk.MigrateResponse(unsupported=True), f"operation {op} not supported yet"

@@ -1,0 +1,53 @@
+"""The configuration form and the frozen Settings parsed from a request's configuration."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from destination.errors import UserActionRequired
+from destination.protocol import common
+from destination.storage.base import StorageSpec
+
+TEST_STORAGE = "storage"
+TEST_SPARK = "spark"
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    root: str = "./data"
+    batch_file_format: str = "csv"  # csv | parquet
+    spark_master: str = "local[*]"
+
+
+def configuration_form() -> common.ConfigurationFormResponse:
+    text = common.TextField
+    fields = [
+        common.FormField(name="root", label="Root (local path or s3://bucket/prefix)", required=False,
+                         text_field=text.PlainText,
+                         description="Where tables are written. Empty: the server's --root."),
+        common.FormField(name="s3_endpoint", label="S3 endpoint", required=False, text_field=text.PlainText,
+                         description="For S3-compatible stores, e.g. http://127.0.0.1:8333. Empty: AWS."),
+        common.FormField(name="s3_region", label="S3 region", required=False, text_field=text.PlainText,
+                         default_value="us-east-1"),
+        common.FormField(name="aws_access_key_id", label="AWS access key id", required=False, text_field=text.PlainText),
+        common.FormField(name="aws_secret_access_key", label="AWS secret access key", required=False,
+                         text_field=text.Password),
+    ]
+    tests = [common.ConfigurationTest(name=TEST_STORAGE, label="Writing, reading and deleting a probe object"),
+             common.ConfigurationTest(name=TEST_SPARK, label="Running a Spark job")]
+    return common.ConfigurationFormResponse(schema_selection_supported=False, table_selection_supported=False,
+                                            fields=fields, tests=tests)
+
+
+def storage_spec(configuration: dict[str, str], options: ServerOptions) -> StorageSpec:
+    root = (configuration.get("root") or "").strip() or options.root
+    if root.startswith("s3a://") or root.startswith("s3n://"):
+        raise UserActionRequired(f"root {root!r}: use the s3:// scheme")
+    if "://" in root and not root.startswith("s3://"):
+        raise UserActionRequired(f"root {root!r}: only local paths and s3://bucket/prefix are supported")
+    return StorageSpec(
+        root=root,
+        s3_endpoint=(configuration.get("s3_endpoint") or "").strip(),
+        s3_region=(configuration.get("s3_region") or "").strip(),
+        access_key_id=(configuration.get("aws_access_key_id") or "").strip(),
+        secret_access_key=configuration.get("aws_secret_access_key") or "",
+    )

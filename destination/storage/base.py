@@ -1,0 +1,106 @@
+"""The storage contract the table store relies on.
+
+Paths are relative, `/`-separated keys below the root. Methods raise
+FileNotFoundError for a missing object, FileExistsError only from
+`create_exclusive` (as False), and `StorageError` (a Task) for anything the
+user must fix: unreachable endpoint, bad credentials, missing bucket.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+
+@dataclass(frozen=True)
+class StorageSpec:
+    """Everything needed to (re)open a store; picklable so Spark tasks can open it too."""
+
+    root: str  # a local path or s3://bucket/prefix
+    s3_endpoint: str = ""
+    s3_region: str = ""
+    access_key_id: str = ""
+    secret_access_key: str = ""
+
+    @property
+    def is_s3(self) -> bool:
+        return self.root.startswith("s3://")
+
+    def __repr__(self) -> str:  # never print credentials
+        return f"StorageSpec(root={self.root!r}, s3_endpoint={self.s3_endpoint!r})"
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    path: str
+    size: int
+    mtime: float  # seconds since the epoch
+
+
+class Storage(ABC):
+    spec: StorageSpec
+
+    @abstractmethod
+    def read_bytes(self, path: str) -> bytes: ...
+
+    @abstractmethod
+    def write_bytes(self, path: str, data: bytes) -> None:
+        """Write (or replace) a whole object; visible atomically."""
+
+    @abstractmethod
+    def create_exclusive(self, path: str, data: bytes) -> bool:
+        """Create the object only if absent (S3 If-None-Match: *, local O_EXCL). False if it existed."""
+
+    @abstractmethod
+    def exists(self, path: str) -> bool: ...
+
+    @abstractmethod
+    def list_children(self, prefix: str) -> list[str]:
+        """Names of the direct children (objects and 'folders') of prefix, sorted."""
+
+    @abstractmethod
+    def list_recursive(self, prefix: str) -> Iterator[ObjectInfo]: ...
+
+    @abstractmethod
+    def delete(self, path: str) -> None:
+        """Delete one object; a missing object is not an error."""
+
+    @abstractmethod
+    def delete_prefix(self, prefix: str) -> None: ...
+
+    @abstractmethod
+    def copy(self, src: str, dst: str) -> None:
+        """Carry an object to a new key without passing its bytes through this process."""
+
+    @abstractmethod
+    def size(self, path: str) -> int: ...
+
+    @abstractmethod
+    def url(self, path: str) -> str:
+        """Absolute URL for manifests: file:///… or s3://bucket/…"""
+
+    @property
+    @abstractmethod
+    def arrow_fs(self) -> pafs.FileSystem: ...
+
+    @abstractmethod
+    def arrow_path(self, path: str) -> str: ...
+
+    def open_output(self, path: str) -> pa.NativeFile:
+        return self.arrow_fs.open_output_stream(self.arrow_path(path))
+
+    def open_input(self, path: str) -> pa.NativeFile:
+        return self.arrow_fs.open_input_file(self.arrow_path(path))
+
+
+def open_storage(spec: StorageSpec) -> Storage:
+    if spec.is_s3:
+        from destination.storage.s3 import S3Storage
+
+        return S3Storage(spec)
+    from destination.storage.local import LocalStorage
+
+    return LocalStorage(spec)

@@ -1,0 +1,186 @@
+"""S3 storage: pyarrow's S3FileSystem for data files, boto3 for conditional puts, listing and server-side copies.
+
+The only module that imports boto3. botocore failures are translated into
+StorageError messages naming the bucket and the cause (never the credentials).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, TypeVar
+from urllib.parse import urlparse
+
+import boto3
+import botocore.config
+import botocore.exceptions
+import pyarrow.fs as pafs
+
+from destination.errors import StorageError
+from destination.storage.base import ObjectInfo, Storage, StorageSpec
+
+T = TypeVar("T")
+_HINTS = {
+    "NoSuchBucket": "the bucket does not exist; create it or fix `root`",
+    "InvalidAccessKeyId": "the access key id is not known to the S3 service; check `aws_access_key_id`",
+    "SignatureDoesNotMatch": "the secret access key is wrong; check `aws_secret_access_key`",
+    "AccessDenied": "the credentials are not allowed to use this bucket/prefix; check the IAM policy",
+    "403": "access denied; check the credentials and the bucket policy",
+    "404": "not found; check the bucket name in `root`",
+}
+
+
+class S3Storage(Storage):
+    def __init__(self, spec: StorageSpec) -> None:
+        self.spec = spec
+        parsed = urlparse(spec.root)
+        self.bucket = parsed.netloc
+        if not self.bucket:
+            raise StorageError(f"root {spec.root!r} names no bucket (expected s3://bucket/prefix)")
+        self.prefix = parsed.path.strip("/")
+        endpoint = spec.s3_endpoint or None
+        if endpoint and "://" not in endpoint:
+            endpoint = "http://" + endpoint
+        self._endpoint = endpoint
+        self.client = boto3.session.Session().client(
+            "s3",
+            endpoint_url=endpoint,
+            region_name=spec.s3_region or "us-east-1",
+            aws_access_key_id=spec.access_key_id or None,
+            aws_secret_access_key=spec.secret_access_key or None,
+            config=botocore.config.Config(
+                retries={"max_attempts": 4, "mode": "standard"}, connect_timeout=5, read_timeout=60,
+                s3={"addressing_style": "path"} if endpoint else None,
+            ),
+        )
+        self._fs: pafs.S3FileSystem | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        raise TypeError("S3Storage is not picklable; ship its StorageSpec and call open_storage()")
+
+    def _key(self, path: str) -> str:
+        return f"{self.prefix}/{path}" if self.prefix else path
+
+    def _error(self, what: str, exc: Exception) -> Exception:
+        """Translate a botocore failure into a StorageError naming the bucket and the cause."""
+        if isinstance(exc, botocore.exceptions.ClientError):
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            hint = _HINTS.get(code) or exc.response.get("Error", {}).get("Message", "") or code
+            return StorageError(f"S3 {what} in bucket {self.bucket!r} failed: {code}: {hint}")
+        if isinstance(exc, botocore.exceptions.EndpointConnectionError):
+            return StorageError(f"S3 endpoint {self._endpoint or 'AWS'} is unreachable ({what}); check `s3_endpoint`")
+        if isinstance(exc, botocore.exceptions.NoCredentialsError):
+            return StorageError("no S3 credentials: set `aws_access_key_id` and `aws_secret_access_key`")
+        return StorageError(f"S3 {what} in bucket {self.bucket!r} failed: {type(exc).__name__}: {exc}")
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
+            raise self._error(what, exc) from None
+
+    @staticmethod
+    def _is_missing(exc: botocore.exceptions.ClientError) -> bool:
+        return str(exc.response.get("Error", {}).get("Code")) in ("404", "NoSuchKey", "NotFound")
+
+    def read_bytes(self, path: str) -> bytes:
+        key = self._key(path)
+        try:
+            return self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        except botocore.exceptions.ClientError as exc:
+            if self._is_missing(exc):
+                raise FileNotFoundError(path) from None
+            raise self._error(f"read of {key!r}", exc) from None
+        except botocore.exceptions.BotoCoreError as exc:
+            raise self._error(f"read of {key!r}", exc) from None
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        key = self._key(path)
+        self._call(f"write of {key!r}", lambda: self.client.put_object(Bucket=self.bucket, Key=key, Body=data))
+
+    def create_exclusive(self, path: str, data: bytes) -> bool:
+        key = self._key(path)
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=key, Body=data, IfNoneMatch="*")
+            return True
+        except botocore.exceptions.ClientError as exc:
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            if status in (409, 412) or code in ("PreconditionFailed", "ConditionalRequestConflict"):
+                return False
+            raise self._error(f"conditional write of {key!r}", exc) from None
+        except botocore.exceptions.BotoCoreError as exc:
+            raise self._error(f"conditional write of {key!r}", exc) from None
+
+    def exists(self, path: str) -> bool:
+        key = self._key(path)
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=key)
+            return True
+        except botocore.exceptions.ClientError as exc:
+            if self._is_missing(exc):
+                return False
+            raise self._error(f"lookup of {key!r}", exc) from None
+        except botocore.exceptions.BotoCoreError as exc:
+            raise self._error(f"lookup of {key!r}", exc) from None
+
+    def _pages(self, prefix: str, delimiter: str | None) -> Iterator[dict[str, Any]]:
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self._key(prefix).rstrip("/") + "/" if prefix else (self.prefix + "/" if self.prefix else "")}
+        if delimiter:
+            kwargs["Delimiter"] = delimiter
+        paginator = self.client.get_paginator("list_objects_v2")
+        pages = self._call(f"listing of {kwargs['Prefix']!r}", lambda: list(paginator.paginate(**kwargs)))
+        yield from pages
+
+    def list_children(self, prefix: str) -> list[str]:
+        names: set[str] = set()
+        for page in self._pages(prefix, "/"):
+            base = page.get("Prefix", "")
+            for cp in page.get("CommonPrefixes", []):
+                names.add(cp["Prefix"][len(base):].rstrip("/"))
+            for obj in page.get("Contents", []):
+                names.add(obj["Key"][len(base):])
+        return sorted(n for n in names if n)
+
+    def list_recursive(self, prefix: str) -> Iterator[ObjectInfo]:
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        for page in self._pages(prefix, None):
+            for obj in page.get("Contents", []):
+                yield ObjectInfo(obj["Key"][strip:], int(obj["Size"]), obj["LastModified"].timestamp())
+
+    def delete(self, path: str) -> None:
+        key = self._key(path)
+        self._call(f"delete of {key!r}", lambda: self.client.delete_object(Bucket=self.bucket, Key=key))
+
+    def delete_prefix(self, prefix: str) -> None:
+        keys = [self._key(o.path) for o in self.list_recursive(prefix)]
+        for i in range(0, len(keys), 1000):
+            chunk = [{"Key": k} for k in keys[i:i + 1000]]
+            self._call("bulk delete", lambda: self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": chunk, "Quiet": True}))
+
+    def copy(self, src: str, dst: str) -> None:
+        s, d = self._key(src), self._key(dst)
+        self._call(f"server-side copy of {s!r}", lambda: self.client.copy_object(
+            Bucket=self.bucket, Key=d, CopySource={"Bucket": self.bucket, "Key": s}))
+
+    def size(self, path: str) -> int:
+        key = self._key(path)
+        return int(self._call(f"lookup of {key!r}", lambda: self.client.head_object(Bucket=self.bucket, Key=key))["ContentLength"])
+
+    def url(self, path: str) -> str:
+        return f"s3://{self.bucket}/{self._key(path)}"
+
+    @property
+    def arrow_fs(self) -> pafs.FileSystem:
+        if self._fs is None:
+            endpoint = self._endpoint
+            kwargs: dict[str, Any] = {"region": self.spec.s3_region or "us-east-1"}
+            if self.spec.access_key_id:
+                kwargs["access_key"] = self.spec.access_key_id
+                kwargs["secret_key"] = self.spec.secret_access_key
+            if endpoint:
+                parsed = urlparse(endpoint)
+                kwargs["endpoint_override"] = parsed.netloc
+                kwargs["scheme"] = parsed.scheme or "http"
+            self._fs = pafs.S3FileSystem(**kwargs)
+        return self._fs
+
+    def arrow_path(self, path: str) -> str:
+        return f"{self.bucket}/{self._key(path)}"

@@ -1,0 +1,1 @@
+"""Versioned, atomically committed records directories (see docs/ARCHITECTURE.md)."""

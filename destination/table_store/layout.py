@@ -1,0 +1,51 @@
+"""Pure path builders for the on-disk layout (a public contract, documented in the README).
+
+    <root>/<S>/<T>/_latest                       {"version": N, "directory": "v…", "committed_at": …}
+    <root>/<S>/<T>/_log/<20-digit N>.json        commit record, created if absent (the commit point)
+    <root>/<S>/<T>/_log/<20-digit N>.claim       the writer preparing version N (removed on commit)
+    <root>/<S>/<T>/v<20-digit N>/                a complete records directory
+"""
+from __future__ import annotations
+
+import re
+import uuid
+
+from destination.table_store.naming import encode_name
+
+VERSION_DIGITS = 20
+_VERSION_DIR = re.compile(r"^v(\d{20})$")
+
+
+def table_prefix(schema: str, table: str) -> str:
+    return f"{encode_name(schema)}/{encode_name(table)}"
+
+
+def version_dir_name(version: int) -> str:
+    return f"v{version:0{VERSION_DIGITS}d}"
+
+
+def parse_version_dir(name: str) -> int | None:
+    m = _VERSION_DIR.match(name)
+    return int(m.group(1)) if m else None
+
+
+def version_dir(prefix: str, version: int) -> str:
+    return f"{prefix}/{version_dir_name(version)}"
+
+
+def log_path(prefix: str, version: int) -> str:
+    return f"{prefix}/_log/{version:0{VERSION_DIGITS}d}.json"
+
+
+def claim_path(prefix: str, version: int) -> str:
+    return f"{prefix}/_log/{version:0{VERSION_DIGITS}d}.claim"
+
+
+def latest_path(prefix: str) -> str:
+    return f"{prefix}/_latest"
+
+
+def data_file_name(bucket: int | None) -> str:
+    """Fresh, never reused names; the bucket is visible in the name for humans."""
+    tag = f"b{bucket:04d}" if bucket is not None else "empty"
+    return f"{tag}-{uuid.uuid4().hex}.parquet"

@@ -1,0 +1,330 @@
+"""The table store: load the latest committed version, and commit a new one atomically.
+
+Commit protocol (docs/ARCHITECTURE.md has the full story):
+1. Load: read `_latest` (a hint), then step forward while `_log/<N+1>.json` exists.
+2. Claim: create `_log/<N+1>.claim` if absent, so that only one writer fills `v<N+1>/`.
+   A claim left by a crashed writer (ours from an earlier failed attempt, a dead pid
+   on this host, or older than the lease) is taken over: its directory is cleared.
+3. The caller writes its new data files into `v<N+1>/` (Spark tasks do this).
+4. Carry unchanged files forward (hard link / S3 server-side copy), write
+   `_schema.json`, `_schema`, `_format_parquet`, `_files.json`, `_table.json`, then `_manifest` last.
+5. Commit: create `_log/<N+1>.json` if absent. Only now is the version visible.
+6. Point `_latest` at it, drop the claim, and apply retention.
+If the base moved (someone committed N+1 first) the caller's work is redone on the new base.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from destination import logs
+from destination.errors import CommitConflict, StorageError
+from destination.storage.base import Storage
+from destination.table_model import TableDef
+from destination.table_store import layout, records
+from destination.table_store.datafiles import DataFile, empty_table, write_data_file
+from destination.table_store.naming import decode_name
+
+WRITER_ID = uuid.uuid4().hex  # this process
+CLAIM_LEASE_SECONDS = 1800.0
+CLAIM_WAIT_SECONDS = 600.0
+MAX_ATTEMPTS = 8
+RECENT_BATCHES = 20  # commit records searched for a retried batch's id
+
+FaultHook = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Retention:
+    keep_versions: int = 2
+    min_age_seconds: float = 3600.0
+
+
+@dataclass(frozen=True)
+class TableVersion:
+    """One committed version: its definition and its data files."""
+
+    schema: str
+    version: int
+    table: TableDef
+    files: tuple[DataFile, ...]
+    prefix: str
+    committed_at: float = 0.0
+    counters: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def directory(self) -> str:
+        return layout.version_dir(self.prefix, self.version)
+
+    @property
+    def rows(self) -> int:
+        return sum(f.rows for f in self.files)
+
+
+@dataclass
+class PendingVersion:
+    """What a writer produced for version N+1, before commit."""
+
+    table: TableDef
+    new_files: list[DataFile]
+    carried: list[DataFile]
+    operation: dict[str, Any]
+    counters: dict[str, int] = field(default_factory=dict)
+
+
+class AlreadyApplied(Exception):
+    """The batch being written was committed earlier (a retried request)."""
+
+    def __init__(self, version: int) -> None:
+        super().__init__(version)
+        self.version = version
+
+
+class TableStore:
+    def __init__(self, storage: Storage, retention: Retention | None = None, fault: FaultHook | None = None) -> None:
+        self.storage = storage
+        self.retention = retention or Retention()
+        self._fault = fault or (lambda step: None)
+
+    # ---- reading ---------------------------------------------------------------------------
+
+    def latest_version_number(self, prefix: str) -> int:
+        n = 0
+        try:
+            n = int(json.loads(self.storage.read_bytes(layout.latest_path(prefix)))["version"])
+        except FileNotFoundError:
+            pass
+        except (ValueError, KeyError):
+            logs.warning(f"{prefix}: unreadable _latest; finding the latest version from the commit log")
+        while self.storage.exists(layout.log_path(prefix, n + 1)):
+            n += 1
+        return n
+
+    def load(self, schema: str, table: str, version: int | None = None) -> TableVersion | None:
+        prefix = layout.table_prefix(schema, table)
+        n = version if version is not None else self.latest_version_number(prefix)
+        if n == 0:
+            return None
+        return self._load_version(schema, prefix, n)
+
+    def _load_version(self, schema: str, prefix: str, n: int) -> TableVersion | None:
+        directory = layout.version_dir(prefix, n)
+        try:
+            meta = json.loads(self.storage.read_bytes(f"{directory}/{records.TABLE_JSON}"))
+            files = json.loads(self.storage.read_bytes(f"{directory}/{records.FILES_JSON}"))
+        except FileNotFoundError:
+            if self.storage.exists(layout.log_path(prefix, n)):
+                raise StorageError(f"version {n} of {prefix!r} is committed but its files are missing") from None
+            return None
+        return TableVersion(
+            schema=schema, version=n, table=TableDef.from_json(meta["table"]),
+            files=tuple(DataFile.from_json(f) for f in files["files"]), prefix=prefix,
+            committed_at=float(meta.get("committed_at", 0.0)), counters=dict(meta.get("counters", {})),
+        )
+
+    def list_schemas(self) -> list[str]:
+        return [decode_name(n) for n in self.storage.list_children("") if not n.startswith((".", "_"))]
+
+    def list_tables(self, schema: str) -> list[str]:
+        prefix = layout.table_prefix(schema, "x").rsplit("/", 1)[0]
+        return [decode_name(n) for n in self.storage.list_children(prefix) if not n.startswith(".")]
+
+    # ---- writing ---------------------------------------------------------------------------
+
+    def write(self, schema: str, table: str,
+              produce: Callable[[TableVersion | None, str], PendingVersion | None],
+              *, batch_id: str | None = None) -> TableVersion | None:
+        """Run `produce(base, target_directory)` and commit what it returns as the next version.
+
+        `produce` writes its new data files into target_directory and returns the pending
+        version, or None when there is nothing to change. It is called again on a fresh base
+        if another writer commits first. Raises AlreadyApplied for a batch_id committed before.
+        """
+        prefix = layout.table_prefix(schema, table)
+        deadline = time.monotonic() + CLAIM_WAIT_SECONDS
+        for _attempt in range(MAX_ATTEMPTS * 50):
+            base_n = self.latest_version_number(prefix)
+            if batch_id:
+                self._check_not_applied(prefix, base_n, batch_id)
+            target = base_n + 1
+            claimed = self._claim(prefix, target)
+            if claimed is None:  # version taken by a commit: redo on the new base
+                continue
+            if not claimed:  # another live writer is preparing it
+                if time.monotonic() > deadline:
+                    raise CommitConflict(f"{prefix!r}: another writer has been preparing version {target} for too long")
+                time.sleep(0.2)
+                continue
+            try:
+                base = self._load_version(schema, prefix, base_n) if base_n else None
+                directory = layout.version_dir(prefix, target)
+                pending = produce(base, directory)
+                if pending is None:
+                    self._abandon(prefix, target)
+                    return base
+                self._fault("after_data_files")
+                committed = self._commit(schema, prefix, base, target, pending, batch_id)
+            except Exception:
+                self._abandon(prefix, target)
+                raise
+            if committed is not None:
+                self._finish(prefix, committed)
+                return committed
+        raise CommitConflict(f"{prefix!r}: gave up after repeated commit conflicts")
+
+    def drop(self, schema: str, table: str) -> None:
+        """Remove a table entirely (Migrate drop_table, replacing a copy target)."""
+        self.storage.delete_prefix(layout.table_prefix(schema, table))
+
+    # ---- protocol steps ----------------------------------------------------------------------
+
+    def _claim(self, prefix: str, target: int) -> bool | None:
+        """True: claimed. False: a live writer holds it. None: the version is already committed."""
+        body = json.dumps({"writer": WRITER_ID, "host": socket.gethostname(), "pid": os.getpid(),
+                           "at": time.time()}).encode()
+        path = layout.claim_path(prefix, target)
+        if self.storage.create_exclusive(path, body):
+            return True
+        if self.storage.exists(layout.log_path(prefix, target)):
+            return None
+        try:
+            holder = json.loads(self.storage.read_bytes(path))
+        except (FileNotFoundError, ValueError):
+            return False
+        if not self._claim_is_stale(holder):
+            return False
+        logs.warning(f"{prefix}: taking over version {target} from a writer that stopped before committing")
+        self.storage.delete_prefix(layout.version_dir(prefix, target))
+        self.storage.delete(path)
+        return self.storage.create_exclusive(path, body) or False
+
+    @staticmethod
+    def _claim_is_stale(holder: dict[str, Any]) -> bool:
+        if holder.get("writer") == WRITER_ID:
+            return True  # ours, from an attempt that died; the caller holds the table lock
+        if holder.get("host") == socket.gethostname():
+            try:
+                os.kill(int(holder.get("pid", -1)), 0)
+            except ProcessLookupError:
+                return True
+            except (PermissionError, ValueError, OverflowError):
+                pass
+        return time.time() - float(holder.get("at", 0)) > CLAIM_LEASE_SECONDS
+
+    def _commit(self, schema: str, prefix: str, base: TableVersion | None, target: int,
+                pending: PendingVersion, batch_id: str | None) -> TableVersion | None:
+        s = self.storage
+        directory = layout.version_dir(prefix, target)
+        if base is not None:
+            for f in pending.carried:
+                s.copy(f"{base.directory}/{f.name}", f"{directory}/{f.name}")
+        files = [f for f in [*pending.carried, *pending.new_files] if f.rows > 0]
+        if not files:  # an empty table is one zero-row data file (Redshift COPY needs a file)
+            files = [write_data_file(s, directory, layout.data_file_name(None), empty_table(pending.table),
+                                     pending.table, None)]
+        for f in pending.new_files:
+            if f.rows == 0 and f not in files:
+                s.delete(f"{directory}/{f.name}")
+        committed_at = time.time()
+        counters = dict(base.counters) if base else {}
+        for k, v in pending.counters.items():
+            counters[k] = counters.get(k, 0) + v
+        schema_doc = records.dumps(records.schema_json(pending.table))
+        s.write_bytes(f"{directory}/{records.SCHEMA_JSON}", schema_doc)
+        s.write_bytes(f"{directory}/{records.SCHEMA_LEGACY}", schema_doc)
+        s.write_bytes(f"{directory}/{records.FORMAT_FILE}", b"")
+        s.write_bytes(f"{directory}/{records.FILES_JSON}", records.dumps({"files": [f.to_json() for f in files]}))
+        s.write_bytes(f"{directory}/{records.TABLE_JSON}", records.dumps({
+            "schema": schema, "table": pending.table.to_json(), "version": target,
+            "committed_at": committed_at, "counters": counters}))
+        s.write_bytes(f"{directory}/{records.MANIFEST}", records.dumps(
+            records.manifest_json([(s.url(f"{directory}/{f.name}"), f.bytes) for f in files])))
+        self._fault("before_commit_record")
+        record = {"version": target, "directory": layout.version_dir_name(target), "committed_at": committed_at,
+                  "operation": pending.operation, "batch_id": batch_id, "writer": WRITER_ID}
+        if not s.create_exclusive(layout.log_path(prefix, target), records.dumps(record)):
+            raise CommitConflict(f"{prefix!r}: version {target} was committed by another writer during this write")
+        self._fault("after_commit_record")
+        return TableVersion(schema=schema, version=target, table=pending.table, files=tuple(files), prefix=prefix,
+                            committed_at=committed_at, counters=counters)
+
+    def _finish(self, prefix: str, committed: TableVersion) -> None:
+        s = self.storage
+        try:
+            s.write_bytes(layout.latest_path(prefix), records.dumps({
+                "version": committed.version, "directory": layout.version_dir_name(committed.version),
+                "committed_at": committed.committed_at}))
+            s.delete(layout.claim_path(prefix, committed.version))
+            self.collect_garbage(prefix, committed.version)
+        except StorageError as exc:  # the commit stands; housekeeping is retried next time
+            logs.warning(f"{prefix}: version {committed.version} committed; housekeeping failed: {exc}")
+
+    def _abandon(self, prefix: str, target: int) -> None:
+        try:
+            self.storage.delete_prefix(layout.version_dir(prefix, target))
+            self.storage.delete(layout.claim_path(prefix, target))
+        except Exception as exc:  # best effort: a leftover is cleaned up by takeover or retention
+            logs.warning(f"{prefix}: could not clean up unfinished version {target}: {exc}")
+
+    def _check_not_applied(self, prefix: str, latest: int, batch_id: str) -> None:
+        for n in range(latest, max(0, latest - RECENT_BATCHES), -1):
+            try:
+                record = json.loads(self.storage.read_bytes(layout.log_path(prefix, n)))
+            except FileNotFoundError:
+                continue
+            if record.get("batch_id") == batch_id:
+                raise AlreadyApplied(n)
+
+    # ---- retention ---------------------------------------------------------------------------
+
+    def collect_garbage(self, prefix: str, latest: int) -> list[str]:
+        """Delete versions older than the newest `keep_versions` once superseded for `min_age_seconds`,
+        and uncommitted leftovers (no commit record, no live claim) older than that age."""
+        now = time.time()
+        removed: list[str] = []
+        keep_from = latest - self.retention.keep_versions + 1
+        for name in self.storage.list_children(prefix):
+            n = layout.parse_version_dir(name)
+            if n is None or n >= keep_from:
+                continue
+            if self.storage.exists(layout.log_path(prefix, n)):
+                superseded_at = self._committed_at(prefix, n + 1)
+                if superseded_at is None or now - superseded_at < self.retention.min_age_seconds:
+                    continue
+            else:
+                newest = max((o.mtime for o in self.storage.list_recursive(f"{prefix}/{name}")), default=0.0)
+                if now - newest < self.retention.min_age_seconds:
+                    continue
+            self.storage.delete_prefix(f"{prefix}/{name}")
+            self.storage.delete(layout.claim_path(prefix, n))
+            removed.append(name)
+        return removed
+
+    def _committed_at(self, prefix: str, n: int) -> float | None:
+        try:
+            return float(json.loads(self.storage.read_bytes(layout.log_path(prefix, n)))["committed_at"])
+        except (FileNotFoundError, KeyError, ValueError):
+            return None
+
+
+class TableLocks:
+    """In-process locks so that requests for the same table never interleave."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[tuple[str, str, str], threading.Lock] = {}
+
+    @contextmanager
+    def hold(self, root: str, schema: str, table: str) -> Iterator[None]:
+        key = (root, schema, table)
+        with self._guard:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
+            yield

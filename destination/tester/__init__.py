@@ -1,0 +1,1 @@
+"""A harness that drives a destination the way Fivetran's destination tester does."""

@@ -1,0 +1,358 @@
+"""Drive a destination server with Fivetran destination-tester input files, as the real tester does.
+
+Per input file (alphabetical in a folder): CreateTable per table → AlterTable per table →
+ops → schema_migration → DescribeTable (fivetran-protocol §1.2). Ops are grouped: all
+rows per table and kind go into one write (replace / update+soft_delete / delete files).
+Choice noted in the README: pending writes are sent before each truncate, so a truncate
+applies to the rows before it (the operations_on_nonexistent_records files need this).
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from destination.protocol import common, sdk, sdk_grpc
+from destination.table_model import ACTIVE, DELETED, END, FIVETRAN_ID, START, SYNCED
+from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING, csv_bytes, parquet_bytes, seal
+from destination.tester.values import TMAX, instant, parse_instant_ms, text_of
+
+MAX_MESSAGE = 128 * 1024 * 1024
+
+
+@dataclass
+class TesterTable:
+    name: str
+    columns: list[tuple[str, str, dict[str, Any]]]  # (name, TYPE, params) of user columns
+    primary_key: list[str]
+    history: bool = False
+    soft_deleted: bool = False
+
+    def proto(self) -> common.Table:
+        table = common.Table(name=self.name)
+        for name, ftype, params in self.columns:
+            col = table.columns.add(name=name, type=common.DataType.Value(ftype), primary_key=name in self.primary_key)
+            if ftype == "DECIMAL" and params:
+                col.params.decimal.precision = int(params.get("precision", 38))
+                col.params.decimal.scale = int(params.get("scale", 10))
+        table.columns.add(name=SYNCED, type=common.DataType.Value("UTC_DATETIME"))
+        if self.history:
+            table.columns.add(name=START, type=common.DataType.Value("UTC_DATETIME"), primary_key=True)
+            table.columns.add(name=END, type=common.DataType.Value("UTC_DATETIME"))
+            table.columns.add(name=ACTIVE, type=common.DataType.Value("BOOLEAN"))
+            if self.soft_deleted:
+                table.columns.add(name=DELETED, type=common.DataType.Value("BOOLEAN"))
+        else:
+            if not self.primary_key:
+                table.columns.add(name=FIVETRAN_ID, type=common.DataType.Value("STRING"), primary_key=True)
+            table.columns.add(name=DELETED, type=common.DataType.Value("BOOLEAN"))
+        return table
+
+    @property
+    def key_names(self) -> list[str]:
+        return list(self.primary_key) if self.primary_key else [FIVETRAN_ID]
+
+    @property
+    def all_columns(self) -> list[str]:
+        return [c.name for c in self.proto().columns]
+
+    @property
+    def binary_columns(self) -> set[str]:
+        return {name for name, ftype, _ in self.columns if ftype == "BINARY"}
+
+
+def table_from_input(name: str, spec: dict[str, Any]) -> TesterTable:
+    columns = []
+    for col, t in spec.get("columns", {}).items():
+        if isinstance(t, dict):
+            columns.append((col, t["type"], {k: v for k, v in t.items() if k != "type"}))
+        else:
+            columns.append((col, t, {}))
+    return TesterTable(name, columns, list(spec.get("primary_key", [])), bool(spec.get("history_mode", False)))
+
+
+@dataclass
+class Pending:
+    """Rows collected per table and kind until the next flush."""
+
+    rows: dict[str, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
+
+    def add(self, table: str, kind: str, row: dict[str, Any]) -> None:
+        self.rows.setdefault(table, {}).setdefault(kind, []).append(row)
+
+
+class Harness:
+    def __init__(self, address: str, schema: str, configuration: dict[str, str], plain_text: bool,
+                 batch_file_type: str, workdir: Path) -> None:
+        self.channel = grpc.insecure_channel(address, options=[("grpc.max_send_message_length", MAX_MESSAGE),
+                                                                ("grpc.max_receive_message_length", MAX_MESSAGE)])
+        self.stub = sdk_grpc.DestinationConnectorStub(self.channel)
+        self.schema = schema
+        self.configuration = configuration
+        self.plain_text = plain_text
+        self.batch_file_type = batch_file_type
+        self.workdir = workdir
+        self.tables: dict[str, TesterTable] = {}
+        self.calls = 0
+        self.failures = 0
+        self.last_ms = 0
+        self.rng = random.Random(7)
+        self.stem = "input"
+
+    # ---- output -----------------------------------------------------------------------------
+
+    def report(self, rpc: str, target: str, outcome: str, ok: bool) -> None:
+        self.calls += 1
+        if not ok:
+            self.failures += 1
+        print(f"{'OK  ' if ok else 'FAIL'} {rpc} {target}: {outcome}", flush=True)
+
+    def _answer(self, rpc: str, target: str, call: Any, request: Any) -> Any:
+        try:
+            response = call(request, timeout=3600)
+        except grpc.RpcError as exc:
+            self.report(rpc, target, f"gRPC {exc.code().name}: {exc.details()}", False)
+            return None
+        which = response.WhichOneof("response")
+        if which == "task":
+            self.report(rpc, target, f"task: {response.task.message}", False)
+        elif which == "warning":
+            self.report(rpc, target, f"warning: {response.warning.message}", True)
+        elif which == "unsupported":
+            self.report(rpc, target, "unsupported", True)
+        else:
+            self.report(rpc, target, which or "empty response", which is not None)
+        return response
+
+    def stamp(self) -> int:
+        """The current time in ms, strictly increasing (the tester's per-row delay)."""
+        self.last_ms = max(int(time.time() * 1000), self.last_ms + 1)
+        return self.last_ms
+
+    # ---- protocol steps ---------------------------------------------------------------------
+
+    def setup(self) -> None:
+        form = self.stub.ConfigurationForm(common.ConfigurationFormRequest(), timeout=60)
+        self.report("ConfigurationForm", "-", f"{len(form.fields)} fields, {len(form.tests)} tests", True)
+        for test in form.tests:
+            response = self.stub.Test(common.TestRequest(name=test.name, configuration=self.configuration), timeout=600)
+            ok = response.WhichOneof("response") == "success"
+            self.report("Test", test.name, "success" if ok else f"failure: {response.failure}", ok)
+        try:
+            caps = self.stub.Capabilities(sdk.CapabilitiesRequest(), timeout=60)
+            self.report("Capabilities", "-", sdk.BatchFileFormat.Name(caps.batch_file_format), True)
+        except grpc.RpcError as exc:
+            self.report("Capabilities", "-", f"gRPC {exc.code().name}", exc.code() == grpc.StatusCode.UNIMPLEMENTED)
+
+    def run_file(self, path: Path) -> None:
+        data = json.loads(path.read_text())
+        self.stem = path.stem
+        for name, spec in (data.get("create_table") or {}).items():
+            self.tables[name] = table_from_input(name, spec)
+            self._answer("CreateTable", name, self.stub.CreateTable, sdk.CreateTableRequest(
+                configuration=self.configuration, schema_name=self.schema, table=self.tables[name].proto()))
+        for name, spec in (data.get("alter_table") or {}).items():
+            previous = self.tables.get(name)
+            self.tables[name] = table_from_input(name, spec)
+            if previous is not None:
+                self.tables[name].soft_deleted = previous.soft_deleted
+            self._answer("AlterTable", name, self.stub.AlterTable, sdk.AlterTableRequest(
+                configuration=self.configuration, schema_name=self.schema, table=self.tables[name].proto()))
+        pending = Pending()
+        for op in data.get("ops") or []:
+            ((kind, body),) = op.items()
+            if kind in ("truncate_before", "soft_truncate_before"):
+                cutoff = self.stamp()
+                self.flush(pending)
+                pending = Pending()
+                for table in body:
+                    self.truncate(table, cutoff, soft=kind == "soft_truncate_before")
+                continue
+            for table, rows in body.items():
+                for row in rows:
+                    stamped = dict(row)
+                    stamped["\x00synced"] = self.stamp()
+                    pending.add(table, kind, stamped)
+        self.flush(pending)
+        for element in data.get("schema_migration") or []:
+            for op_name in element:
+                for spec in element[op_name]:
+                    self.migrate(op_name, spec)
+        for name in data.get("describe_table") or []:
+            response = self._answer("DescribeTable", name, self.stub.DescribeTable, sdk.DescribeTableRequest(
+                configuration=self.configuration, schema_name=self.schema, table_name=name))
+            if response is not None and response.WhichOneof("response") == "table":
+                cols = ", ".join(f"{c.name}:{common.DataType.Name(c.type)}{'*' if c.primary_key else ''}"
+                                 for c in response.table.columns)
+                print(f"     {name}: {cols}")
+
+    def truncate(self, table: str, cutoff_ms: int, soft: bool) -> None:
+        ts = Timestamp(seconds=cutoff_ms // 1000, nanos=(cutoff_ms % 1000) * 1_000_000)
+        request = sdk.TruncateRequest(configuration=self.configuration, schema_name=self.schema, table_name=table,
+                                      synced_column=SYNCED, utc_delete_before=ts)
+        if soft:
+            request.soft.deleted_column = DELETED
+        self._answer("Truncate", f"{table} ({'soft' if soft else 'hard'})", self.stub.Truncate, request)
+
+    # ---- writes -------------------------------------------------------------------------------
+
+    def flush(self, pending: Pending) -> None:
+        for table, kinds in pending.rows.items():
+            t = self.tables.get(table)
+            if t is None:
+                self.report("Write", table, "input writes to a table it never created", False)
+                continue
+            if "soft_delete" in kinds and t.history:
+                t.soft_deleted = True
+            if t.history:
+                self.write_history(t, kinds)
+            else:
+                self.write_plain(t, kinds)
+
+    def _file(self, table: TesterTable, kind: str, rows: list[dict[str, str | None]], columns: list[str],
+              keys: dict[str, bytes]) -> str:
+        ext = "parquet" if self.batch_file_type == "parquet" else "csv"
+        name = f"{table.name}_{self.stem}_{kind}.{ext}" + ("" if self.plain_text else ".zstd.aes")
+        path = self.workdir / name
+        if ext == "parquet":
+            plain = parquet_bytes(columns, table.binary_columns, rows)
+        else:
+            plain = csv_bytes(columns, rows, self.rng)
+        key = None if self.plain_text else os.urandom(32)
+        path.write_bytes(plain if self.plain_text else seal(plain, key))
+        if key is not None:
+            keys[str(path)] = key
+        return str(path)
+
+    def _params(self) -> sdk.FileParams:
+        plain = self.plain_text
+        return sdk.FileParams(compression=sdk.Compression.Value("OFF" if plain else "ZSTD"),
+                              encryption=sdk.Encryption.Value("NONE" if plain else "AES"),
+                              null_string=NULL_STRING, unmodified_string=UNMODIFIED_STRING)
+
+    def _row(self, table: TesterTable, raw: dict[str, Any], kind: str) -> dict[str, str | None]:
+        columns = table.all_columns
+        keys = set(table.key_names)
+        row: dict[str, str | None] = {}
+        for name in columns:
+            if name in raw:
+                row[name] = text_of(raw[name])
+            elif kind == "upsert":
+                row[name] = None
+            elif kind == "delete":
+                row[name] = None
+            else:
+                row[name] = UNMODIFIED_STRING if name not in keys else None
+        row[SYNCED] = instant(raw["\x00synced"])
+        if DELETED in columns:
+            row[DELETED] = {"upsert": "false", "update": "false", "soft_delete": "true", "delete": None}[kind]
+        return row
+
+    def write_plain(self, table: TesterTable, kinds: dict[str, list[dict[str, Any]]]) -> None:
+        keys: dict[str, bytes] = {}
+        columns = table.all_columns
+        replace = [self._row(table, r, "upsert") for r in kinds.get("upsert", [])]
+        update = [self._row(table, r, k) for k in ("update", "soft_delete") for r in kinds.get(k, [])]
+        update.sort(key=lambda r: r[SYNCED] or "")
+        delete = [self._row(table, r, "delete") for r in kinds.get("delete", [])]
+        request = sdk.WriteBatchRequest(configuration=self.configuration, schema_name=self.schema, table=table.proto(),
+                                        file_params=self._params())
+        if replace:
+            request.replace_files.append(self._file(table, "upsert", replace, columns, keys))
+        if update:
+            request.update_files.append(self._file(table, "update", update, columns, keys))
+        if delete:
+            request.delete_files.append(self._file(table, "delete", delete, columns, keys))
+        for path, key in keys.items():
+            request.keys[path] = key
+        rows = len(replace) + len(update) + len(delete)
+        self._answer("WriteBatch", f"{table.name} ({rows} rows)", self.stub.WriteBatch, request)
+
+    def write_history(self, table: TesterTable, kinds: dict[str, list[dict[str, Any]]]) -> None:
+        """Versions get start = op_time; end/active are computed inside the batch, per key (§3.3)."""
+        keys: dict[str, bytes] = {}
+        columns = table.all_columns
+        versions: list[tuple[str, dict[str, str | None]]] = []
+        for kind in ("upsert", "update", "soft_delete"):
+            for raw in kinds.get(kind, []):
+                row = self._row(table, raw, "update" if kind == "soft_delete" else kind)
+                if kind == "soft_delete":
+                    row[DELETED] = "true"
+                row[START] = raw.get("op_time") or instant(raw["\x00synced"])
+                versions.append((kind, row))
+        by_key: dict[tuple[Any, ...], list[dict[str, str | None]]] = {}
+        for _kind, row in versions:
+            by_key.setdefault(tuple(row[k] for k in table.key_names), []).append(row)
+        earliest = []
+        for key, rows in by_key.items():
+            rows.sort(key=lambda r: parse_instant_ms(r[START] or ""))
+            for i, row in enumerate(rows):
+                last = i == len(rows) - 1
+                row[END] = TMAX if last else instant(parse_instant_ms(rows[i + 1][START] or "") - 1)
+                row[ACTIVE] = "true" if last else "false"
+            earliest.append({**{k: v for k, v in zip(table.key_names, key)}, START: rows[0][START]})
+        deletes = []
+        for raw in kinds.get("delete", []):
+            row = self._row(table, raw, "delete")
+            row[END] = raw.get("op_time") or instant(raw["\x00synced"])
+            row[ACTIVE] = "false"
+            row[START] = None
+            deletes.append(row)
+        request = sdk.WriteHistoryBatchRequest(configuration=self.configuration, schema_name=self.schema,
+                                               table=table.proto(), file_params=self._params())
+        if earliest:
+            request.earliest_start_files.append(self._file(table, "earliest", earliest, [*table.key_names, START], keys))
+        replace = [r for kind, r in versions if kind == "upsert"]
+        update = [r for kind, r in versions if kind != "upsert"]
+        if replace:
+            request.replace_files.append(self._file(table, "upsert", replace, columns, keys))
+        if update:
+            request.update_files.append(self._file(table, "update", update, columns, keys))
+        if deletes:
+            request.delete_files.append(self._file(table, "delete", deletes, columns, keys))
+        for path, key in keys.items():
+            request.keys[path] = key
+        rows = len(versions) + len(deletes)
+        self._answer("WriteHistoryBatch", f"{table.name} ({rows} rows)", self.stub.WriteHistoryBatch, request)
+
+    # ---- schema migrations --------------------------------------------------------------------
+
+    def migrate(self, op_name: str, spec: dict[str, Any]) -> None:
+        from destination.tester.migrations import migration_request
+
+        kind, request = migration_request(self, op_name, spec)
+        if kind == "alter":
+            self._answer("AlterTable", f"{spec.get('table')} ({op_name})", self.stub.AlterTable, request)
+        elif kind == "migrate":
+            self._answer("Migrate", f"{spec.get('table') or spec.get('from_table')} ({op_name})", self.stub.Migrate, request)
+        else:
+            self.report("Migrate", op_name, "unknown schema_migration operation in the input", False)
+
+
+def run_tester(input_path: str, *, address: str, schema: str, plain_text: bool, batch_file_type: str,
+               configuration_file: str | None = None) -> int:
+    source = Path(input_path)
+    files = sorted(p for p in source.glob("*.json") if p.name != "configuration.json") if source.is_dir() else [source]
+    conf_path = Path(configuration_file) if configuration_file else (source if source.is_dir() else source.parent) / "configuration.json"
+    configuration = json.loads(conf_path.read_text()) if conf_path.is_file() else {}
+    with tempfile.TemporaryDirectory(prefix="tester-") as tmp:
+        harness = Harness(address, schema, configuration, plain_text, batch_file_type, Path(tmp))
+        try:
+            grpc.channel_ready_future(harness.channel).result(timeout=120)
+        except grpc.FutureTimeoutError:
+            print(f"FAIL cannot reach the destination at {address}")
+            return 2
+        harness.setup()
+        for f in files:
+            print(f"== {f.name}")
+            harness.run_file(f)
+    print(f"summary: {harness.calls} calls, {harness.calls - harness.failures} succeeded, {harness.failures} failed")
+    return 1 if harness.failures else 0

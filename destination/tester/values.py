@@ -1,0 +1,54 @@
+"""How the tester turns input JSON values into batch-file text (it reads JSON numbers as Java doubles)."""
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+from typing import Any
+
+
+def java_double(x: float) -> str:
+    """Java's Double.toString: plain between 1e-3 and 1e7, else scientific `d.dddE±n` (shortest digits)."""
+    if x != x:
+        return "NaN"
+    if x in (float("inf"), float("-inf")):
+        return "Infinity" if x > 0 else "-Infinity"
+    if x == 0:
+        return "0.0"
+    if 1e-3 <= abs(x) < 1e7:
+        return repr(x)  # Python's repr is plain in this range and keeps a ".0"
+    d = decimal.Decimal(repr(abs(x)))
+    digits = "".join(map(str, d.as_tuple().digits)).rstrip("0") or "0"
+    return f"{'-' if x < 0 else ''}{digits[0]}.{digits[1:] or '0'}E{d.adjusted()}"
+
+
+def text_of(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return java_double(value)
+    if isinstance(value, str):
+        return value
+    import json
+
+    return json.dumps(value)
+
+
+def instant(ms: int) -> str:
+    """An ISO instant with Z; the fraction left out when zero, as the tester prints it."""
+    t = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(milliseconds=ms)
+    base = t.strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{base}Z" if t.microsecond == 0 else f"{base}.{t.microsecond // 1000:03d}Z"
+
+
+def parse_instant_ms(text: str) -> int:
+    value = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.timezone.utc)
+    return int(value.timestamp() * 1000)
+
+
+TMAX = "9999-12-31T23:59:59.999Z"

@@ -1,0 +1,268 @@
+"""Driver side of every table-changing operation: plan the Spark job, run it, commit the version.
+
+Handlers call these functions; they know nothing of gRPC. Each returns an Outcome
+with counts for the RPC's log line.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import SparkSession
+
+from destination.errors import BadRequest, DestinationError, StorageError, TableNotFound, UserActionRequired
+from destination.ops_builder import Operations
+from destination.table_model import DELETED, SYNCED, ColumnDef, TableDef
+from destination.table_store.datafiles import DataFile, align, read_data_file
+from destination.table_store.store import PendingVersion, TableStore, TableVersion
+from destination.type_mapping import normalize_column
+from spark_jobs.alter import convert_table
+from spark_jobs.keys import buckets, key_tokens
+from spark_jobs.merge import BUCKET, CHANGES, KEY, OP, REPLACE, SEQ, UNMOD, key_columns
+from spark_jobs.runner import TaskFn, run_units
+from spark_jobs.tasks import JobContext, merge_bucket_task, rewrite_file_task, to_ipc, truncate_file_task
+
+
+@dataclass
+class Outcome:
+    version: int | None
+    counts: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+class WritePath:
+    def __init__(self, store: TableStore, spark: Callable[[], SparkSession]) -> None:
+        self.store = store
+        self._spark = spark
+
+    # ---- helpers -------------------------------------------------------------------------
+
+    def _run(self, task: TaskFn, base: TableVersion | None, target_dir: str, table: TableDef,
+             units: list[dict[str, Any]], description: str) -> tuple[list[DataFile], set[str], dict[str, int]]:
+        version = int(target_dir.rsplit("/v", 1)[1])
+        ctx = JobContext(self.store.storage.spec, base.directory if base else None, target_dir, table.to_json(), version)
+        try:
+            results = run_units(self._spark(), task, ctx, units, description)
+        except Exception as exc:
+            raise _task_error(exc) from None
+        new_files = [DataFile.from_json(f) for r in results for f in r["new_files"]]
+        replaced = {name for r in results for name in r["replaced"]}
+        counts: dict[str, int] = {}
+        for r in results:
+            for k, v in r["counts"].items():
+                counts[k] = counts.get(k, 0) + v
+        return new_files, replaced, counts
+
+    def _rewrite_all(self, schema: str, old: TableDef, new: TableDef, operation: str) -> TableVersion | None:
+        def produce(base: TableVersion | None, target: str) -> PendingVersion:
+            if base is None:
+                raise TableNotFound(f"table {schema}.{new.name} does not exist")
+            units = [{"file": f.to_json(), "old_table": base.table.to_json()} for f in base.files if f.rows]
+            new_files, _replaced, counts = self._run(rewrite_file_task, base, target, new, units,
+                                                     f"{operation} {schema}.{new.name}")
+            return PendingVersion(new, new_files, [], {"kind": operation}, {})
+        return self.store.write(schema, new.name, produce)
+
+    # ---- CreateTable / AlterTable ----------------------------------------------------------
+
+    def create_table(self, schema: str, table: TableDef) -> tuple[bool, str]:
+        """(created, difference): an identical existing table is a retried call."""
+        existing = self.store.load(schema, table.name)
+        if existing is not None:
+            diff = describe_difference(existing.table, table)
+            return False, diff
+        self.store.write(schema, table.name, lambda base, target: PendingVersion(table, [], [], {"kind": "create_table"}))
+        return True, ""
+
+    def alter_table(self, schema: str, requested: TableDef, drop_columns: bool) -> Outcome:
+        current = self.store.load(schema, requested.name)
+        if current is None:
+            raise TableNotFound(f"AlterTable: table {schema}.{requested.name} does not exist; create it first")
+        new = plan_alter(current.table, requested, drop_columns)
+        if new == current.table:
+            return Outcome(current.version)
+        if set(new.key_columns) != set(current.table.key_columns):
+            return self._rekey(schema, current.table, new)
+        committed = self._rewrite_all(schema, current.table, new, "alter_table")
+        return Outcome(committed.version if committed else None)
+
+    def _rekey(self, schema: str, old: TableDef, new: TableDef) -> Outcome:
+        """A primary-key change re-buckets every row: stored rows become replace operations
+        (in `_fivetran_synced` order, so the newest wins if the new key merges rows)."""
+        def produce(base: TableVersion | None, target: str) -> PendingVersion:
+            assert base is not None
+            storage = self.store.storage
+            parts = [align(read_data_file(storage, base.directory, f.name), base.table) for f in base.files if f.rows]
+            stored = pa.concat_tables(parts) if parts else align(pa.table({}), base.table)
+            converted, _ = convert_table(stored, base.table, new, target_version(target))
+            nulls_in_key = [c for c in new.key_columns if converted.column(c).null_count]
+            if nulls_in_key and converted.num_rows:
+                raise UserActionRequired(
+                    f"AlterTable {schema}.{new.name}: the new primary key column(s) {nulls_in_key} are NULL in existing "
+                    "rows; back-fill them (Migrate update_column_value) or recreate the table")
+            if SYNCED in converted.column_names:
+                converted = converted.take(pc.sort_indices(converted, sort_keys=[(SYNCED, "ascending")]))
+            ops = _stored_rows_as_replace_ops(converted, new)
+            units = bucket_units(ops, None)
+            new_files, _r, counts = self._run(merge_bucket_task, None, target, new, units, f"rekey {schema}.{new.name}")
+            return PendingVersion(new, new_files, [], {"kind": "alter_table_primary_key"}, {})
+        committed = self.store.write(schema, new.name, produce)
+        return Outcome(committed.version if committed else None)
+
+    def ensure_columns(self, schema: str, current: TableVersion, requested: list[ColumnDef]) -> TableVersion:
+        """§10.10: a write whose definition carries columns the table lacks adds them first."""
+        missing = [normalize_column(c) for c in requested if current.table.column(c.name) is None]
+        if not missing:
+            return current
+        new = current.table.with_columns([*current.table.columns,
+                                          *(ColumnDef(c.name, c.type, False, c.precision, c.scale, c.string_byte_length) for c in missing)])
+        committed = self._rewrite_all(schema, current.table, new, "add_columns")
+        assert committed is not None
+        return committed
+
+    # ---- WriteBatch -----------------------------------------------------------------------
+
+    def write_batch(self, schema: str, table_name: str, ops: Operations) -> Outcome:
+        stats: dict[str, int] = {}
+
+        def produce(base: TableVersion | None, target: str) -> PendingVersion | None:
+            if base is None:
+                raise TableNotFound(f"WriteBatch: table {schema}.{table_name} does not exist; CreateTable must come first")
+            if ops.rows == 0:
+                return None
+            units = bucket_units(ops.table, base)
+            new_files, replaced, counts = self._run(merge_bucket_task, base, target, base.table, units,
+                                                    f"write_batch {schema}.{table_name}")
+            carried = [f for f in base.files if f.name not in replaced]
+            stats.clear()
+            stats.update(counts)
+            return PendingVersion(base.table, new_files, carried, {"kind": "write_batch", "counts": counts}, {})
+        committed = self.store.write(schema, table_name, produce, batch_id=ops.batch_id)
+        return Outcome(committed.version if committed else None, stats)
+
+    # ---- Truncate -------------------------------------------------------------------------
+
+    def truncate(self, schema: str, table_name: str, synced_column: str, cutoff_us: int,
+                 deleted_column: str | None) -> Outcome:
+        current = self.store.load(schema, table_name)
+        if current is None:
+            return Outcome(None, {"missing_table": 1})
+        if current.table.column(synced_column) is None:
+            raise BadRequest(f"Truncate {schema}.{table_name}: no column {synced_column!r}")
+        if deleted_column and current.table.column(deleted_column) is None:
+            current = self.ensure_columns(schema, current, [ColumnDef(deleted_column, "BOOLEAN")])
+        cutoff_ms = cutoff_us // 1000
+        stats: dict[str, int] = {}
+
+        def produce(base: TableVersion | None, target: str) -> PendingVersion | None:
+            if base is None:
+                return None
+            units, dropped = [], []
+            for f in base.files:
+                if not f.rows or f.min_synced is None or f.max_synced is None:
+                    continue
+                if f.min_synced // 1000 >= cutoff_ms:
+                    continue  # every row is at or after the cutoff: keep the file as it is
+                if f.max_synced // 1000 < cutoff_ms and not deleted_column:
+                    dropped.append(f)  # every row goes: drop the file unread
+                    continue
+                units.append({"file": f.to_json(), "cutoff_us": cutoff_us, "synced_column": synced_column,
+                              "deleted_column": deleted_column})
+            if not units and not dropped:
+                return None
+            new_files, replaced, counts = self._run(truncate_file_task, base, target, base.table, units,
+                                                    f"truncate {schema}.{table_name}")
+            gone = replaced | {f.name for f in dropped}
+            counts["deleted"] = counts.get("deleted", 0) + sum(f.rows for f in dropped)
+            stats.clear()
+            stats.update(counts)
+            carried = [f for f in base.files if f.name not in gone]
+            kind = "soft_truncate" if deleted_column else "truncate"
+            return PendingVersion(base.table, new_files, carried, {"kind": kind, "counts": counts}, {})
+        committed = self.store.write(schema, table_name, produce)
+        return Outcome(committed.version if committed else current.version, stats)
+
+
+def target_version(target_dir: str) -> int:
+    return int(target_dir.rsplit("/v", 1)[1])
+
+
+def bucket_units(ops: pa.Table, base: TableVersion | None) -> list[dict[str, Any]]:
+    """One unit per touched bucket: its operations (Arrow IPC) and the base files of that bucket."""
+    order = pc.sort_indices(ops, sort_keys=[(BUCKET, "ascending"), (SEQ, "ascending")])
+    ops = ops.take(order)
+    bucket_ids = ops.column(BUCKET).to_numpy()
+    boundaries = np.flatnonzero(np.diff(bucket_ids)) + 1
+    starts = np.concatenate([[0], boundaries]) if len(bucket_ids) else np.array([], dtype=int)
+    ends = np.concatenate([boundaries, [len(bucket_ids)]]) if len(bucket_ids) else np.array([], dtype=int)
+    units = []
+    for s, e in zip(starts, ends):
+        bucket = int(bucket_ids[s])
+        files = [f.to_json() for f in (base.files if base else ()) if f.bucket == bucket and f.rows]
+        units.append({"bucket": bucket, "ops": to_ipc(ops.slice(int(s), int(e - s))), "files": files})
+    return units
+
+
+def _stored_rows_as_replace_ops(stored: pa.Table, table: TableDef) -> pa.Table:
+    n = stored.num_rows
+    ops = stored.select([c.name for c in table.columns])
+    ops = ops.append_column(OP, pa.array(np.full(n, REPLACE, dtype=np.int8)))
+    ops = ops.append_column(SEQ, pa.array(np.arange(n, dtype=np.int64)))
+    ops = ops.append_column(CHANGES, pa.nulls(n, pa.string()))
+    for c in table.columns:
+        ops = ops.append_column(UNMOD + c.name, pa.array(np.zeros(n, dtype=bool)))
+    tokens = key_tokens(ops, key_columns(table)) if n else pa.array([], pa.string())
+    ops = ops.append_column(KEY, tokens)
+    return ops.append_column(BUCKET, pa.array(buckets(tokens, table.bucket_count)))
+
+
+def plan_alter(current: TableDef, requested: TableDef, drop_columns: bool) -> TableDef:
+    """The table after AlterTable: types and key flags as requested, new columns appended,
+    columns absent from the request kept unless drop_columns (fivetran-protocol §10.3)."""
+    wanted = {c.name: normalize_column(c) for c in requested.columns}
+    columns: list[ColumnDef] = []
+    for col in current.columns:
+        if col.name in wanted:
+            columns.append(wanted[col.name])
+        elif not drop_columns:  # kept, but a column absent from the full definition is not in the key
+            columns.append(ColumnDef(col.name, col.type, False, col.precision, col.scale, col.string_byte_length))
+    known = {c.name for c in current.columns}
+    columns += [c for c in wanted.values() if c.name not in known]
+    return current.with_columns(columns)
+
+
+def describe_difference(existing: TableDef, requested: TableDef) -> str:
+    """Empty when the definitions match (a retried CreateTable), else a human-readable difference."""
+    a = {c.name: normalize_column(c) for c in existing.columns}
+    b = {c.name: normalize_column(c) for c in requested.columns}
+    notes = []
+    for name in b.keys() - a.keys():
+        notes.append(f"column {name!r} is new")
+    for name in a.keys() - b.keys():
+        notes.append(f"column {name!r} is missing from the request")
+    for name in a.keys() & b.keys():
+        if a[name] != b[name]:
+            notes.append(f"column {name!r} is {a[name].ddl()}{' (key)' if a[name].primary_key else ''} "
+                         f"but the request says {b[name].ddl()}{' (key)' if b[name].primary_key else ''}")
+    return "; ".join(sorted(notes))
+
+
+_TASK_ERROR = re.compile(r"destination\.errors\.(\w+): (.*)")
+
+
+def _task_error(exc: Exception) -> Exception:
+    """Spark wraps a task's exception in a Java one; recover our own error type and message."""
+    if isinstance(exc, DestinationError):
+        return exc
+    text = str(exc)
+    found = _TASK_ERROR.findall(text)
+    if found:
+        name, message = found[-1]
+        cls = {"StorageError": StorageError, "BadRequest": BadRequest, "TableNotFound": TableNotFound}.get(name, StorageError)
+        return cls(message.strip())
+    last = [line for line in text.splitlines() if line.strip()]
+    return DestinationError(f"Spark job failed: {last[-1] if last else type(exc).__name__}")

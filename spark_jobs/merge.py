@@ -1,0 +1,146 @@
+"""The per-bucket merge, pure Arrow: apply one request's operations to a bucket's stored rows.
+
+Operations carry `OP` (replace=0, update=1, delete=2) and `SEQ` (request order:
+replace files, then update files, then delete files, rows in file order). Rows
+repeating a key apply in that order: they are split into rounds (1st occurrence of
+each key, 2nd, …); within a round keys are unique so each round is vectorized.
+A column flagged unmodified (`UNMOD + name`) keeps the stored value (NULL for a new row).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from destination.table_model import DESTINATION_META, ColumnDef, TableDef
+from destination.type_mapping import arrow_schema
+from spark_jobs.keys import key_tokens
+
+OP = "\x00op"
+SEQ = "\x00seq"
+KEY = "\x00key"
+BUCKET = "\x00bucket"
+CHANGES = "\x00changes"
+UNMOD = "\x00unmod:"
+REPLACE, UPDATE, DELETE = 0, 1, 2
+
+
+@dataclass
+class MergeCounts:
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    ignored: int = 0  # updates/deletes of keys that do not exist
+
+    def add(self, other: "MergeCounts") -> None:
+        self.inserted += other.inserted
+        self.updated += other.updated
+        self.deleted += other.deleted
+        self.ignored += other.ignored
+
+    def as_dict(self) -> dict[str, int]:
+        return {"inserted": self.inserted, "updated": self.updated, "deleted": self.deleted, "ignored": self.ignored}
+
+
+@dataclass
+class MergeResult:
+    table: pa.Table  # the bucket's rows after the merge, in the file schema
+    counts: MergeCounts = field(default_factory=MergeCounts)
+    before: pa.Table | None = None  # prior images of the keys this request changed (for change files)
+
+
+def key_columns(table_def: TableDef) -> list[ColumnDef]:
+    names = table_def.key_columns
+    return [c for c in table_def.columns if c.name in names]
+
+
+def occurrence(keys: pa.Array, seq: pa.Array) -> np.ndarray:
+    """For each row, how many earlier rows (by seq) have the same key: 0, 1, 2, …"""
+    n = len(keys)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    order = pc.sort_indices(pa.table({"k": keys, "s": seq}), sort_keys=[("k", "ascending"), ("s", "ascending")])
+    sorted_keys = pc.take(keys, order)
+    starts = np.ones(n, dtype=bool)
+    if n > 1:
+        starts[1:] = pc.not_equal(sorted_keys.slice(1), sorted_keys.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+    idx = np.arange(n)
+    group_start = np.maximum.accumulate(np.where(starts, idx, 0))
+    occ_sorted = idx - group_start
+    out = np.empty(n, dtype=np.int64)
+    out[order.to_numpy()] = occ_sorted
+    return out
+
+
+def _meta(version: int, changes: pa.Array) -> pa.Array:
+    plain = json.dumps({"version": version, "changes": []})
+    if changes.null_count == len(changes):
+        return pa.array([plain] * len(changes), pa.string())
+    return pa.array([plain if c is None else f'{{"version": {version}, "changes": {c}}}' for c in changes.to_pylist()],
+                    pa.string())
+
+
+def _apply_round(state: pa.Table, state_keys: pa.Array, ops: pa.Table, table_def: TableDef, version: int,
+                 counts: MergeCounts, before: list[pa.Table]) -> tuple[pa.Table, pa.Array]:
+    op = ops.column(OP).combine_chunks()
+    op_keys = ops.column(KEY).combine_chunks()
+    idx = pc.index_in(op_keys, value_set=state_keys) if len(state_keys) else pa.nulls(len(op_keys), pa.int32())
+    exists = pc.is_valid(idx)
+    is_replace = pc.equal(op, REPLACE)
+    is_update = pc.equal(op, UPDATE)
+    is_delete = pc.equal(op, DELETE)
+    writes = pc.or_(is_replace, pc.and_(is_update, exists))
+    counts.inserted += pc.sum(pc.and_(is_replace, pc.invert(exists))).as_py() or 0
+    counts.updated += pc.sum(pc.and_(pc.or_(is_replace, is_update), exists)).as_py() or 0
+    counts.deleted += pc.sum(pc.and_(is_delete, exists)).as_py() or 0
+    counts.ignored += pc.sum(pc.and_(pc.or_(is_update, is_delete), pc.invert(exists))).as_py() or 0
+
+    touched_existing = pc.filter(idx, exists)
+    if len(touched_existing):
+        before.append(state.take(touched_existing))
+    new_ops = ops.filter(writes)
+    new_idx = pc.filter(idx, writes)
+    schema = arrow_schema(table_def.columns)
+    arrays = []
+    for f in schema:
+        if f.name == DESTINATION_META:
+            arrays.append(_meta(version, new_ops.column(CHANGES).combine_chunks()))
+            continue
+        incoming = new_ops.column(f.name).combine_chunks() if f.name in new_ops.column_names else pa.nulls(len(new_ops), f.type)
+        flag = UNMOD + f.name
+        if flag in new_ops.column_names or f.name not in new_ops.column_names:
+            stored = pc.take(state.column(f.name), new_idx) if len(state) else pa.nulls(len(new_ops), f.type)
+            if f.name not in new_ops.column_names:
+                incoming = stored
+            else:
+                incoming = pc.if_else(new_ops.column(flag), stored, incoming)
+        arrays.append(incoming.cast(f.type))
+    written = pa.Table.from_arrays(arrays, schema=schema)
+    # every stored row this round touches is removed; replaced and updated ones come back in `written`
+    replaced_keys = pc.filter(op_keys, exists)
+    if len(replaced_keys):
+        keep = pc.invert(pc.is_in(state_keys, value_set=replaced_keys))
+        state = state.filter(keep)
+        state_keys = pc.filter(state_keys, keep)
+    state = pa.concat_tables([state, written])
+    state_keys = pa.concat_arrays([state_keys, new_ops.column(KEY).combine_chunks()])
+    return state, state_keys
+
+
+def merge_bucket(stored: pa.Table, ops: pa.Table, table_def: TableDef, version: int) -> MergeResult:
+    """Apply `ops` (one bucket of one request) to `stored` (the bucket's rows that may be affected)."""
+    schema = arrow_schema(table_def.columns)
+    state = stored.select(schema.names).cast(schema) if stored.num_rows else schema.empty_table()
+    state_keys = key_tokens(state, key_columns(table_def)) if state.num_rows else pa.array([], pa.string())
+    counts = MergeCounts()
+    before: list[pa.Table] = []
+    occ = occurrence(ops.column(KEY).combine_chunks(), ops.column(SEQ).combine_chunks())
+    rounds = int(occ.max()) + 1 if len(occ) else 0
+    for r in range(rounds):
+        round_ops = ops.filter(pa.array(occ == r))
+        state, state_keys = _apply_round(state, state_keys, round_ops, table_def, version, counts, before)
+    prior = pa.concat_tables(before) if before else None
+    return MergeResult(state, counts, prior)

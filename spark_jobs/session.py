@@ -1,0 +1,51 @@
+"""The server's one long-lived SparkSession, with the settings the platform notes found necessary."""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+from pyspark.sql import SparkSession
+
+_lock = threading.Lock()
+_session: SparkSession | None = None
+
+SETTINGS = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",  # not INT96, which garbles years 1 and 9999
+    "spark.sql.timeType.enabled": "true",  # NAIVE_TIME as TIME(MICROS)
+    "spark.sql.timestampType": "TIMESTAMP_NTZ",  # naive Arrow timestamps stay naive
+    "spark.ui.showConsoleProgress": "false",
+    "spark.ui.enabled": "false",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.python.worker.reuse": "true",
+    "spark.driver.memory": os.environ.get("RECORDS_DESTINATION_DRIVER_MEMORY", "4g"),
+}
+
+
+def get_session(master: str = "local[*]") -> SparkSession:
+    """Create (once) and return the session; later calls return the same one."""
+    global _session
+    with _lock:
+        if _session is None:
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+            os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+            builder = SparkSession.builder.appName("records-destination").master(master)
+            for key, value in SETTINGS.items():
+                builder = builder.config(key, value)
+            _session = builder.getOrCreate()
+            _session.sparkContext.setLogLevel("ERROR")
+        return _session
+
+
+def stop_session() -> None:
+    global _session
+    with _lock:
+        if _session is not None:
+            _session.stop()
+            _session = None
+
+
+def trivial_job(session: SparkSession) -> int:
+    """The `spark` configuration test: a tiny job that must come back with 4950."""
+    return int(session.sparkContext.parallelize(range(100), 2).sum())

@@ -1,0 +1,133 @@
+"""What one Spark task does: read a bucket's (or a file's) stored rows, transform, write new files.
+
+Everything a task needs travels in picklable plain data (JobContext, units with
+Arrow IPC payloads); the task opens the store itself through pyarrow/boto3, so the
+same code runs in local mode and on a cluster whose executors reach the store.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.ipc as ipc
+
+from destination.storage.base import StorageSpec, open_storage
+from destination.table_model import TableDef
+from destination.table_store.datafiles import DataFile, align, read_data_file, write_data_file
+from destination.table_store.layout import data_file_name
+from spark_jobs.keys import key_tokens
+from spark_jobs.merge import KEY, key_columns, merge_bucket
+
+MAX_FILES_PER_BUCKET = 8  # compaction policy: a touched bucket with more files is rewritten as one
+
+
+@dataclass(frozen=True)
+class JobContext:
+    storage: StorageSpec
+    base_dir: str | None  # the base version's directory (files are read from here)
+    target_dir: str  # where new files are written
+    table: dict[str, Any]  # TableDef JSON of the new version
+    version: int
+
+    @property
+    def table_def(self) -> TableDef:
+        return TableDef.from_json(self.table)
+
+
+@dataclass
+class TaskResult:
+    new_files: list[dict[str, Any]] = field(default_factory=list)
+    replaced: list[str] = field(default_factory=list)  # names of base files rewritten (not carried)
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def to_ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def from_ipc(data: bytes) -> pa.Table:
+    return ipc.open_stream(pa.BufferReader(data)).read_all()
+
+
+def merge_bucket_task(ctx: JobContext, unit: dict[str, Any]) -> dict[str, Any]:
+    """unit: {bucket, ops (IPC bytes), files: [DataFile json of this bucket in the base]}."""
+    storage = open_storage(ctx.storage)
+    table_def = ctx.table_def
+    ops = from_ipc(unit["ops"])
+    files = [DataFile.from_json(f) for f in unit["files"]]
+    op_keys = ops.column(KEY).combine_chunks()
+    kcols = key_columns(table_def)
+    compact = len(files) + 1 > MAX_FILES_PER_BUCKET
+    rewrite: list[DataFile] = []
+    stored_parts: list[pa.Table] = []
+    for f in files:
+        if not compact:
+            # every file of a version has the version's columns (AlterTable rewrites them all)
+            keys_only = read_data_file(storage, ctx.base_dir or "", f.name, [c.name for c in kcols])
+            if not pc.any(pc.is_in(key_tokens(keys_only, kcols), value_set=op_keys)).as_py():
+                continue
+        rewrite.append(f)
+        stored_parts.append(align(read_data_file(storage, ctx.base_dir or "", f.name), table_def))
+    stored = pa.concat_tables(stored_parts) if stored_parts else align(pa.table({}), table_def)
+    result = merge_bucket(stored, ops, table_def, ctx.version)
+    out = TaskResult(replaced=[f.name for f in rewrite], counts=result.counts.as_dict())
+    if result.table.num_rows:
+        written = write_data_file(storage, ctx.target_dir, data_file_name(unit["bucket"]), result.table, table_def,
+                                  unit["bucket"])
+        out.new_files.append(written.to_json())
+    return out.__dict__
+
+
+def truncate_file_task(ctx: JobContext, unit: dict[str, Any]) -> dict[str, Any]:
+    """unit: {file, cutoff_us, synced_column, deleted_column or None}. Rows with synced (at ms) < cutoff go."""
+    storage = open_storage(ctx.storage)
+    table_def = ctx.table_def
+    f = DataFile.from_json(unit["file"])
+    table = align(read_data_file(storage, ctx.base_dir or "", f.name), table_def)
+    synced = table.column(unit["synced_column"]).cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+    synced_ms = pc.multiply(pc.floor(pc.divide(synced.cast(pa.float64()), 1000.0)).cast(pa.int64()), 1000)
+    hit = pc.fill_null(pc.less(synced_ms, unit["cutoff_us"] // 1000 * 1000), False)
+    affected = pc.sum(hit).as_py() or 0
+    deleted_col = unit.get("deleted_column")
+    if deleted_col:
+        already = pc.fill_null(table.column(deleted_col), False) if deleted_col in table.column_names else None
+        col_idx = table.column_names.index(deleted_col)
+        new_deleted = pc.if_else(hit, True, table.column(deleted_col))
+        if already is not None:
+            affected = pc.sum(pc.and_(hit, pc.invert(already))).as_py() or 0
+        table = table.set_column(col_idx, deleted_col, new_deleted)
+        counts = {"updated": affected}
+    else:
+        table = table.filter(pc.invert(hit))
+        counts = {"deleted": affected}
+    out = TaskResult(replaced=[f.name], counts=counts)
+    if table.num_rows:
+        out.new_files.append(write_data_file(storage, ctx.target_dir, data_file_name(f.bucket), table, table_def,
+                                             f.bucket).to_json())
+    return out.__dict__
+
+
+def rewrite_file_task(ctx: JobContext, unit: dict[str, Any]) -> dict[str, Any]:
+    """unit: {file, old_table}. Re-encode a stored file under a new definition (AlterTable).
+
+    Columns keep their values; a changed type converts each value, and a value that does
+    not convert becomes NULL with the change recorded in `_destination_meta`.
+    """
+    from spark_jobs.alter import convert_table
+
+    storage = open_storage(ctx.storage)
+    f = DataFile.from_json(unit["file"])
+    old_def = TableDef.from_json(unit["old_table"])
+    old = align(read_data_file(storage, ctx.base_dir or "", f.name), old_def)
+    table, failures = convert_table(old, old_def, ctx.table_def, ctx.version)
+    out = TaskResult(replaced=[f.name], counts={"converted_failures": failures})
+    if table.num_rows:
+        out.new_files.append(write_data_file(storage, ctx.target_dir, data_file_name(f.bucket), table, ctx.table_def,
+                                             f.bucket).to_json())
+    return out.__dict__
+
