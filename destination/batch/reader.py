@@ -101,7 +101,7 @@ def _iter_csv(path: str, stream: BinaryIO, columns: list[ColumnDef], fmt: FileFo
     known = {c.name for c in columns}
     reader = pacsv.open_csv(
         buffered,
-        read_options=pacsv.ReadOptions(block_size=CSV_BLOCK, use_threads=True),
+        read_options=pacsv.ReadOptions(block_size=CSV_BLOCK, use_threads=False),
         parse_options=pacsv.ParseOptions(delimiter=",", quote_char='"', double_quote=True, escape_char=False,
                                          newlines_in_values=True),
         convert_options=pacsv.ConvertOptions(

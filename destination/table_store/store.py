@@ -222,10 +222,11 @@ class TableStore:
                 pending: PendingVersion, batch_id: str | None) -> TableVersion | None:
         s = self.storage
         directory = layout.version_dir(prefix, target)
+        carried = [f for f in pending.carried if f.rows > 0]
         if base is not None:
-            for f in pending.carried:
+            for f in carried:
                 s.copy(f"{base.directory}/{f.name}", f"{directory}/{f.name}")
-        files = [f for f in [*pending.carried, *pending.new_files] if f.rows > 0]
+        files = [f for f in [*carried, *pending.new_files] if f.rows > 0]
         if not files:  # an empty table is one zero-row data file (Redshift COPY needs a file)
             files = [write_data_file(s, directory, layout.data_file_name(None), empty_table(pending.table),
                                      pending.table, None)]

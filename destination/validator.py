@@ -1,0 +1,76 @@
+"""Checks a committed version is a valid records directory (used by our tests after every write).
+
+- `_manifest` lists exactly the directory's data files, once each, absolute URLs, true sizes, mandatory;
+- exactly one `_format_*` file; `_schema.json` == `_schema`, valid against records schema v1,
+  `index` 1..n in key order, `known_representations` present;
+- data file names have no `_`/`.` prefix and no `=`; every file's Parquet columns equal the schema fields in order.
+"""
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+import pyarrow.parquet as pq
+
+from destination.storage.base import Storage
+from destination.table_store import records
+
+_TYPES = {"integer": ("int",), "decimal": ("decimal", "float", "double"), "string": ("string", "binary"),
+          "boolean": ("bool",), "date": ("date",), "time": ("time",), "datetime": ("timestamp",),
+          "datetimetz": ("timestamp",)}
+
+
+def validate_version(storage: Storage, directory: str) -> list[str]:
+    import jsonschema
+
+    problems: list[str] = []
+    names = storage.list_children(directory)
+    data_files = [n for n in names if not n.startswith(("_", "."))]
+    formats = [n for n in names if n.startswith("_format_")]
+    if formats != [records.FORMAT_FILE]:
+        problems.append(f"expected exactly one _format_parquet, found {formats}")
+    for n in data_files:
+        if "=" in n:
+            problems.append(f"data file name {n!r} contains '='")
+    try:
+        manifest = json.loads(storage.read_bytes(f"{directory}/{records.MANIFEST}"))
+    except FileNotFoundError:
+        return problems + ["no _manifest"]
+    entries = manifest.get("entries", [])
+    if not entries:
+        problems.append("the manifest has no entries (an empty table needs one zero-row file)")
+    listed = []
+    for e in entries:
+        name = e["url"].rsplit("/", 1)[-1]
+        listed.append(name)
+        if e.get("url") != storage.url(f"{directory}/{name}"):
+            problems.append(f"manifest URL {e.get('url')!r} is not the absolute URL of {name}")
+        if e.get("mandatory") is not True:
+            problems.append(f"manifest entry {name} is not mandatory")
+        size = e.get("meta", {}).get("content_length")
+        if name in data_files and size != storage.size(f"{directory}/{name}"):
+            problems.append(f"manifest content_length of {name} is {size}, the file has {storage.size(f'{directory}/{name}')}")
+    if sorted(listed) != sorted(data_files) or len(set(listed)) != len(listed):
+        problems.append(f"manifest lists {sorted(listed)} but the directory holds data files {sorted(data_files)}")
+    schema_doc = json.loads(storage.read_bytes(f"{directory}/{records.SCHEMA_JSON}"))
+    if storage.read_bytes(f"{directory}/{records.SCHEMA_LEGACY}") != storage.read_bytes(f"{directory}/{records.SCHEMA_JSON}"):
+        problems.append("_schema differs from _schema.json")
+    meta_schema = json.loads(resources.files("destination").joinpath("records_schema_v1.json").read_text())
+    try:
+        jsonschema.validate(schema_doc, meta_schema)
+    except jsonschema.ValidationError as exc:
+        problems.append(f"_schema.json is not valid records schema v1: {exc.message}")
+    fields = schema_doc.get("fields", {})
+    if [f["index"] for f in fields.values()] != list(range(1, len(fields) + 1)):
+        problems.append("_schema.json field indexes are not 1..n in order")
+    for name in data_files:
+        with storage.open_input(f"{directory}/{name}") as src:
+            arrow_schema = pq.read_schema(src)
+        if arrow_schema.names != list(fields):
+            problems.append(f"{name}: Parquet columns {arrow_schema.names} differ from the schema fields {list(fields)}")
+            continue
+        for f in arrow_schema:
+            expected = _TYPES[fields[f.name]["type"]]
+            if not str(f.type).startswith(expected):
+                problems.append(f"{name}: column {f.name!r} is {f.type}, not a {fields[f.name]['type']}")
+    return problems

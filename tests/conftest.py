@@ -1,0 +1,88 @@
+"""Shared fixtures: one SparkSession, one SeaweedFS S3 server and one gRPC server per test session;
+tests that touch storage run on both backends (local directory and S3)."""
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import grpc
+import pytest
+
+from destination.settings import ServerOptions
+from destination.storage.base import Storage, StorageSpec, open_storage
+from destination.table_store.store import Retention, TableStore
+from tests.s3server import ACCESS_KEY, SECRET_KEY, S3Server, start_seaweedfs
+
+BUCKET = "records-tests"
+
+
+@pytest.fixture(scope="session")
+def spark():  # type: ignore[no-untyped-def]
+    from spark_jobs.session import get_session
+
+    return get_session("local[2]")
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    server = start_seaweedfs()
+    server.create_bucket(BUCKET)
+    yield server
+    server.stop()
+
+
+def s3_configuration(server: S3Server, prefix: str) -> dict[str, str]:
+    return {"root": f"s3://{BUCKET}/{prefix}", "s3_endpoint": server.endpoint, "s3_region": "us-east-1",
+            "aws_access_key_id": ACCESS_KEY, "aws_secret_access_key": SECRET_KEY}
+
+
+@pytest.fixture(params=["local", "s3"])
+def configuration(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
+    """A fresh, empty root on each backend, as a request's configuration map."""
+    if request.param == "local":
+        return {"root": str(tmp_path / "root")}
+    server = request.getfixturevalue("s3_server")
+    return s3_configuration(server, f"t-{uuid.uuid4().hex[:12]}")
+
+
+def spec_of(configuration: dict[str, str]) -> StorageSpec:
+    return StorageSpec(root=configuration["root"], s3_endpoint=configuration.get("s3_endpoint", ""),
+                       s3_region=configuration.get("s3_region", ""),
+                       access_key_id=configuration.get("aws_access_key_id", ""),
+                       secret_access_key=configuration.get("aws_secret_access_key", ""))
+
+
+@pytest.fixture
+def storage(configuration: dict[str, str]) -> Storage:
+    return open_storage(spec_of(configuration))
+
+
+@pytest.fixture
+def store(storage: Storage) -> TableStore:
+    return TableStore(storage, Retention(keep_versions=2, min_age_seconds=3600))
+
+
+@pytest.fixture(scope="session")
+def grpc_server(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    """A real server on a loopback socket (in this process, sharing the test Spark session)."""
+    from destination.server import build_server
+    from tests.s3server import free_port
+
+    root = tmp_path_factory.mktemp("server-root")
+    port = free_port()
+    server, health, _service, bound = build_server(ServerOptions(root=str(root), spark_master="local[2]"), port)
+    server.start()
+    from grpc_health.v1 import health_pb2
+
+    health.set("", health_pb2.HealthCheckResponse.SERVING)
+    yield f"127.0.0.1:{bound}"
+    server.stop(5).wait()
+
+
+@pytest.fixture(scope="session")
+def stub(grpc_server: str):  # type: ignore[no-untyped-def]
+    from destination.protocol import sdk_grpc
+
+    channel = grpc.insecure_channel(grpc_server)
+    return sdk_grpc.DestinationConnectorStub(channel)

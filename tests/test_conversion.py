@@ -1,0 +1,72 @@
+"""Text → typed conversion of every Fivetran DataType, with captured failures."""
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import math
+
+import pyarrow as pa
+import pytest
+
+from destination.conversion import NULLED, SERIALIZATION_ERROR, SIZE_LIMITATION, TRUNCATED, convert_column
+from destination.table_model import ColumnDef
+
+UTC = dt.timezone.utc
+
+
+def conv(values, **kw):  # type: ignore[no-untyped-def]
+    arr, failures = convert_column(pa.array(values, pa.string()), ColumnDef("c", **kw))
+    return arr.to_pylist(), [(f.row, f.change, f.reason) for f in failures]
+
+
+@pytest.mark.parametrize("kw,values,expected", [
+    ({"type": "BOOLEAN"}, ["true", "false", None], [True, False, None]),
+    ({"type": "SHORT"}, ["-32768", "32767"], [-32768, 32767]),
+    ({"type": "INT"}, ["2147483647"], [2147483647]),
+    ({"type": "LONG"}, ["-9223372036854775808"], [-9223372036854775808]),
+    ({"type": "DECIMAL", "precision": 38, "scale": 10}, ["1234567890123456789012345678.0123456789"],
+     [decimal.Decimal("1234567890123456789012345678.0123456789")]),
+    ({"type": "DECIMAL", "precision": 38, "scale": 37}, ["1.2345678901234567890123456789012345678"],
+     [decimal.Decimal("1.2345678901234567890123456789012345678")]),
+    ({"type": "DECIMAL", "precision": 38, "scale": 10}, ["1.2345678901234568E22"],
+     [decimal.Decimal("12345678901234568000000.0000000000")]),
+    ({"type": "NAIVE_DATE"}, ["0001-01-01", "9999-12-31"], [dt.date(1, 1, 1), dt.date(9999, 12, 31)]),
+    ({"type": "NAIVE_DATETIME"}, ["2025-08-19T12:00:05.123", "0001-01-01T00:00:00"],
+     [dt.datetime(2025, 8, 19, 12, 0, 5, 123000), dt.datetime(1, 1, 1)]),
+    ({"type": "UTC_DATETIME"}, ["2025-11-21T14:54:16Z", "2024-02-03T12:44:22.123456789Z", "9999-12-31T23:59:59.999999Z"],
+     [dt.datetime(2025, 11, 21, 14, 54, 16, tzinfo=UTC), dt.datetime(2024, 2, 3, 12, 44, 22, 123456, tzinfo=UTC),
+      dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)]),
+    ({"type": "NAIVE_TIME"}, ["15:00", "10:15:30.5"], [dt.time(15, 0), dt.time(10, 15, 30, 500000)]),
+    ({"type": "STRING"}, ["", "x"], ["", "x"]),
+    ({"type": "XML"}, ["<a>1</a>"], ["<a>1</a>"]),
+    ({"type": "JSON"}, ['{"a": 1}'], ['{"a": 1}']),
+    ({"type": "BINARY"}, ["3q2+7w=="], [b"\xde\xad\xbe\xef"]),
+])
+def test_every_type_converts(kw, values, expected):  # type: ignore[no-untyped-def]
+    out, failures = conv(values, **kw)
+    assert failures == []
+    if kw["type"] == "UTC_DATETIME":
+        out = [v.astimezone(UTC) for v in out]
+    assert out == expected
+
+
+def test_float_special_values_and_float32():  # type: ignore[no-untyped-def]
+    out, failures = conv(["NaN", "Infinity", "-Infinity", "10.12"], type="FLOAT")
+    assert failures == [] and math.isnan(out[0]) and out[1:3] == [math.inf, -math.inf]
+    assert out[3] == pytest.approx(10.12, rel=1e-7) and out[3] != 10.12  # stored as float32
+
+
+@pytest.mark.parametrize("kw,value,change,reason,stored", [
+    ({"type": "SHORT"}, "99999", NULLED, SIZE_LIMITATION, None),
+    ({"type": "LONG"}, "9223372036854775808", NULLED, SIZE_LIMITATION, None),
+    ({"type": "INT"}, "abc", NULLED, SERIALIZATION_ERROR, None),
+    ({"type": "NAIVE_DATE"}, "2024-13-45", NULLED, SERIALIZATION_ERROR, None),
+    ({"type": "UTC_DATETIME"}, "yesterday", NULLED, SERIALIZATION_ERROR, None),
+    ({"type": "DECIMAL", "precision": 6, "scale": 3}, "12345.5", NULLED, SIZE_LIMITATION, None),
+    ({"type": "JSON"}, "{not json", NULLED, SERIALIZATION_ERROR, None),
+    ({"type": "BINARY"}, "[B@7d4991ad", TRUNCATED, SERIALIZATION_ERROR, b"[B@7d4991ad"),
+])
+def test_bad_values_are_captured_not_fatal(kw, value, change, reason, stored):  # type: ignore[no-untyped-def]
+    out, failures = conv(["1" if kw["type"] not in ("BINARY", "JSON", "NAIVE_DATE", "UTC_DATETIME") else None, value], **kw)
+    assert out[1] == stored
+    assert failures == [(1, change, reason)]
