@@ -28,7 +28,7 @@ from destination.conversion import Failure, convert_column
 from destination.errors import BadBatchFile
 from destination.table_model import ColumnDef
 
-CSV_BLOCK = 4 << 20
+CSV_BLOCK = 1 << 20  # larger blocks raise peak memory (the reader reads ahead) without being faster
 HEADER_PEEK = 1 << 20
 
 
