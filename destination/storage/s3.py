@@ -134,10 +134,17 @@ class S3Storage(Storage):
         for page in self._pages(prefix, "/"):
             base = page.get("Prefix", "")
             for cp in page.get("CommonPrefixes", []):
-                names.add(cp["Prefix"][len(base):].rstrip("/"))
+                if self._holds_objects(cp["Prefix"]):
+                    names.add(cp["Prefix"][len(base):].rstrip("/"))
             for obj in page.get("Contents", []):
                 names.add(obj["Key"][len(base):])
         return sorted(n for n in names if n)
+
+    def _holds_objects(self, key_prefix: str) -> bool:
+        """S3-compatible stores with a filer (SeaweedFS) keep emptied 'folders' listed; AWS does not."""
+        found = self._call(f"listing of {key_prefix!r}", lambda: self.client.list_objects_v2(
+            Bucket=self.bucket, Prefix=key_prefix, MaxKeys=1))
+        return int(found.get("KeyCount", 0)) > 0
 
     def list_recursive(self, prefix: str) -> Iterator[ObjectInfo]:
         strip = len(self.prefix) + 1 if self.prefix else 0

@@ -32,7 +32,6 @@ from destination.table_store import layout, records
 from destination.table_store.datafiles import DataFile, empty_table, write_data_file
 from destination.table_store.naming import decode_name
 
-WRITER_ID = uuid.uuid4().hex  # this process
 CLAIM_LEASE_SECONDS = 1800.0
 CLAIM_WAIT_SECONDS = 600.0
 MAX_ATTEMPTS = 8
@@ -88,10 +87,13 @@ class AlreadyApplied(Exception):
 
 
 class TableStore:
-    def __init__(self, storage: Storage, retention: Retention | None = None, fault: FaultHook | None = None) -> None:
+    def __init__(self, storage: Storage, retention: Retention | None = None, fault: FaultHook | None = None,
+                 claim_lease_seconds: float = CLAIM_LEASE_SECONDS) -> None:
         self.storage = storage
         self.retention = retention or Retention()
         self._fault = fault or (lambda step: None)
+        self.writer_id = uuid.uuid4().hex  # one writer per store; callers serialise a table's writes (TableLocks)
+        self.claim_lease_seconds = claim_lease_seconds
 
     # ---- reading ---------------------------------------------------------------------------
 
@@ -149,13 +151,15 @@ class TableStore:
         """
         prefix = layout.table_prefix(schema, table)
         deadline = time.monotonic() + CLAIM_WAIT_SECONDS
-        for _attempt in range(MAX_ATTEMPTS * 50):
+        conflicts = 0
+        while conflicts < MAX_ATTEMPTS:
             base_n = self.latest_version_number(prefix)
             if batch_id:
                 self._check_not_applied(prefix, base_n, batch_id)
             target = base_n + 1
             claimed = self._claim(prefix, target)
             if claimed is None:  # version taken by a commit: redo on the new base
+                conflicts += 1
                 continue
             if not claimed:  # another live writer is preparing it
                 if time.monotonic() > deadline:
@@ -174,9 +178,8 @@ class TableStore:
             except Exception:
                 self._abandon(prefix, target)
                 raise
-            if committed is not None:
-                self._finish(prefix, committed)
-                return committed
+            self._finish(prefix, committed)
+            return committed
         raise CommitConflict(f"{prefix!r}: gave up after repeated commit conflicts")
 
     def drop(self, schema: str, table: str) -> None:
@@ -187,7 +190,7 @@ class TableStore:
 
     def _claim(self, prefix: str, target: int) -> bool | None:
         """True: claimed. False: a live writer holds it. None: the version is already committed."""
-        body = json.dumps({"writer": WRITER_ID, "host": socket.gethostname(), "pid": os.getpid(),
+        body = json.dumps({"writer": self.writer_id, "host": socket.gethostname(), "pid": os.getpid(),
                            "at": time.time()}).encode()
         path = layout.claim_path(prefix, target)
         if self.storage.create_exclusive(path, body):
@@ -205,9 +208,8 @@ class TableStore:
         self.storage.delete(path)
         return self.storage.create_exclusive(path, body) or False
 
-    @staticmethod
-    def _claim_is_stale(holder: dict[str, Any]) -> bool:
-        if holder.get("writer") == WRITER_ID:
+    def _claim_is_stale(self, holder: dict[str, Any]) -> bool:
+        if holder.get("writer") == self.writer_id:
             return True  # ours, from an attempt that died; the caller holds the table lock
         if holder.get("host") == socket.gethostname():
             try:
@@ -216,10 +218,10 @@ class TableStore:
                 return True
             except (PermissionError, ValueError, OverflowError):
                 pass
-        return time.time() - float(holder.get("at", 0)) > CLAIM_LEASE_SECONDS
+        return time.time() - float(holder.get("at", 0)) > self.claim_lease_seconds
 
     def _commit(self, schema: str, prefix: str, base: TableVersion | None, target: int,
-                pending: PendingVersion, batch_id: str | None) -> TableVersion | None:
+                pending: PendingVersion, batch_id: str | None) -> TableVersion:
         s = self.storage
         directory = layout.version_dir(prefix, target)
         carried = [f for f in pending.carried if f.rows > 0]
@@ -249,7 +251,7 @@ class TableStore:
             records.manifest_json([(s.url(f"{directory}/{f.name}"), f.bytes) for f in files])))
         self._fault("before_commit_record")
         record = {"version": target, "directory": layout.version_dir_name(target), "committed_at": committed_at,
-                  "operation": pending.operation, "batch_id": batch_id, "writer": WRITER_ID}
+                  "operation": pending.operation, "batch_id": batch_id, "writer": self.writer_id}
         if not s.create_exclusive(layout.log_path(prefix, target), records.dumps(record)):
             raise CommitConflict(f"{prefix!r}: version {target} was committed by another writer during this write")
         self._fault("after_commit_record")

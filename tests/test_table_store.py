@@ -1,0 +1,148 @@
+"""The table store on both backends: atomic commits under crashes, racing writers, retention."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pyarrow as pa
+import pytest
+
+from destination.storage.base import Storage
+from destination.table_model import ColumnDef, TableDef
+from destination.table_store import layout
+from destination.table_store.datafiles import align, read_data_file, write_data_file
+from destination.table_store.store import PendingVersion, Retention, TableStore, TableVersion
+from destination.validator import validate_version
+
+TABLE = TableDef("events", (ColumnDef("id", "LONG", True), ColumnDef("v", "STRING"),
+                            ColumnDef("_fivetran_synced", "UTC_DATETIME")))
+SCHEMA = "my schema"
+
+
+class SimulatedCrash(BaseException):
+    """Raised at a commit step; a BaseException so no cleanup runs, as when the process dies."""
+
+
+def appender(storage: Storage, first_id: int, n: int = 3):  # type: ignore[no-untyped-def]
+    """A produce() that adds n new rows as one new file and carries every existing file."""
+    def produce(base: TableVersion | None, target: str) -> PendingVersion:
+        rows = pa.table({"id": pa.array(range(first_id, first_id + n), pa.int64()),
+                         "v": [f"row {i}" for i in range(first_id, first_id + n)],
+                         "_fivetran_synced": pa.array([1_700_000_000_000_000 + i for i in range(n)], pa.timestamp("us", tz="UTC")),
+                         "_destination_meta": pa.nulls(n, pa.string())})
+        new = write_data_file(storage, target, layout.data_file_name(first_id % 16), rows, TABLE, first_id % 16)
+        return PendingVersion(TABLE, [new], list(base.files) if base else [], {"kind": "test"})
+    return produce
+
+
+def ids(store: TableStore, version: TableVersion) -> list[int]:
+    parts = [align(read_data_file(store.storage, version.directory, f.name), version.table) for f in version.files]
+    return sorted(pa.concat_tables(parts).column("id").to_pylist()) if parts else []
+
+
+def test_versions_are_complete_records_directories(store: TableStore) -> None:
+    store.write(SCHEMA, "events", lambda base, target: PendingVersion(TABLE, [], [], {"kind": "create"}))
+    empty = store.load(SCHEMA, "events")
+    assert empty is not None and empty.version == 1 and empty.rows == 0
+    assert len(empty.files) == 1 and empty.files[0].rows == 0  # one zero-row data file
+    assert validate_version(store.storage, empty.directory) == []
+    v2 = store.write(SCHEMA, "events", appender(store.storage, 1))
+    assert v2 is not None and v2.version == 2 and ids(store, v2) == [1, 2, 3]
+    assert validate_version(store.storage, v2.directory) == []
+    latest = json.loads(store.storage.read_bytes(layout.latest_path(layout.table_prefix(SCHEMA, "events"))))
+    assert latest["version"] == 2 and latest["directory"] == "v00000000000000000002"
+    names = store.storage.list_children(v2.directory)
+    assert not any(n.startswith("empty-") for n in names), "the empty table's placeholder is gone once rows exist"
+
+
+@pytest.mark.parametrize("step", ["after_data_files", "before_commit_record", "after_commit_record"])
+def test_crash_at_each_commit_step(storage: Storage, step: str) -> None:
+    armed = []
+
+    def crash_once(at: str) -> None:
+        if at == step and armed == [True]:
+            armed.append(False)
+            raise SimulatedCrash(at)
+
+    store = TableStore(storage, fault=crash_once)
+    store.write(SCHEMA, "events", appender(storage, 1))
+    armed.append(True)
+    with pytest.raises(SimulatedCrash):
+        store.write(SCHEMA, "events", appender(storage, 10))
+    after = store.load(SCHEMA, "events")
+    assert after is not None
+    if step == "after_commit_record":  # the commit point was passed: the version is visible
+        assert after.version == 2 and ids(store, after) == [1, 2, 3, 10, 11, 12]
+    else:  # not committed: the previous version is intact and still the one readers see
+        assert after.version == 1 and ids(store, after) == [1, 2, 3]
+    assert validate_version(storage, after.directory) == []
+    final = store.write(SCHEMA, "events", appender(storage, 20))  # the next write succeeds
+    assert final is not None and final.version == after.version + 1
+    assert ids(store, final) == sorted(ids(store, after) + [20, 21, 22])
+    assert validate_version(storage, final.directory) == []
+
+
+def test_a_crashed_writer_of_another_process_is_taken_over_after_its_lease(storage: Storage) -> None:
+    crashed = TableStore(storage, fault=lambda at: (_ for _ in ()).throw(SimulatedCrash(at)) if at == "before_commit_record" else None)
+    TableStore(storage).write(SCHEMA, "events", appender(storage, 1))
+    with pytest.raises(SimulatedCrash):
+        crashed.write(SCHEMA, "events", appender(storage, 10))
+    other = TableStore(storage, claim_lease_seconds=0.0)  # the crashed writer's lease has run out
+    done = other.write(SCHEMA, "events", appender(storage, 20))
+    assert done is not None and done.version == 2 and ids(other, done) == [1, 2, 3, 20, 21, 22]
+    assert validate_version(storage, done.directory) == []
+
+
+def test_two_concurrent_writers_lose_nothing(storage: Storage) -> None:
+    TableStore(storage).write(SCHEMA, "events", lambda base, target: PendingVersion(TABLE, [], [], {"kind": "create"}))
+    errors: list[BaseException] = []
+
+    def writer(offset: int) -> None:
+        store = TableStore(storage)  # its own writer identity, like another server process
+        try:
+            for i in range(6):
+                store.write(SCHEMA, "events", appender(storage, offset + i * 10, 2))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(o,)) for o in (1000, 2000)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    store = TableStore(storage)
+    latest = store.load(SCHEMA, "events")
+    assert latest is not None and latest.version == 13
+    expected = sorted(o + i * 10 + k for o in (1000, 2000) for i in range(6) for k in range(2))
+    assert ids(store, latest) == expected
+    assert validate_version(storage, latest.directory) == []
+
+
+def test_retention_keeps_recent_versions_and_readers_of_old_ones(storage: Storage) -> None:
+    patient = TableStore(storage, Retention(keep_versions=2, min_age_seconds=3600))
+    for i in range(4):
+        patient.write(SCHEMA, "events", appender(storage, i * 10))
+    prefix = layout.table_prefix(SCHEMA, "events")
+    assert [layout.parse_version_dir(n) for n in storage.list_children(prefix) if n.startswith("v")] == [1, 2, 3, 4]
+    reader_view = patient.load(SCHEMA, "events", version=1)  # a reader still on version 1 can read it
+    assert reader_view is not None and ids(patient, reader_view) == [0, 1, 2]
+    eager = TableStore(storage, Retention(keep_versions=2, min_age_seconds=0))
+    eager.write(SCHEMA, "events", appender(storage, 100))
+    assert [layout.parse_version_dir(n) for n in storage.list_children(prefix) if n.startswith("v")] == [4, 5]
+    latest = eager.load(SCHEMA, "events")
+    assert latest is not None and ids(eager, latest) == [0, 1, 2, 10, 11, 12, 20, 21, 22, 30, 31, 32, 100, 101, 102]
+    assert validate_version(storage, latest.directory) == []
+
+
+def test_retention_removes_uncommitted_leftovers_only_when_old(storage: Storage) -> None:
+    store = TableStore(storage, Retention(keep_versions=2, min_age_seconds=0))
+    for i in range(3):
+        store.write(SCHEMA, "events", appender(storage, i * 10))
+    prefix = layout.table_prefix(SCHEMA, "events")
+    storage.write_bytes(f"{prefix}/v00000000000000000001/orphan.parquet", b"junk")  # a crashed write's leftover
+    time.sleep(0.01)
+    removed = store.collect_garbage(prefix, 3)
+    assert "v00000000000000000001" in removed
+    assert storage.list_children(f"{prefix}/v00000000000000000003")  # the latest is untouched
