@@ -1,0 +1,30 @@
+# records-destination: Java 17 runtime (for Spark) + the Python package, serving on 50052.
+# ARG BASE lets a local build use a locally made Debian bookworm base (public images may be unreachable).
+ARG BASE=python:3.11-slim-bookworm
+FROM ${BASE}
+
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# hadolint ignore=DL3008
+RUN mkdir -p /usr/share/man/man1 \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
+    && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /app
+COPY pyproject.toml setup.py README.md ./
+COPY protos ./protos
+COPY destination ./destination
+COPY spark_jobs ./spark_jobs
+# hadolint ignore=DL3013
+RUN python3 -m pip install --no-cache-dir . \
+    && useradd --create-home --uid 10001 destination \
+    && mkdir -p /data && chown destination /data
+
+USER 10001
+ENV PYTHONUNBUFFERED=1
+EXPOSE 50052
+VOLUME ["/data"]
+HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
+    CMD ["python3", "-m", "destination.healthcheck", "localhost:50052"]
+ENTRYPOINT ["records-destination", "serve"]
+CMD ["--port", "50052", "--root", "/data"]
