@@ -66,15 +66,36 @@ def convert_column(values: pa.Array, col: ColumnDef) -> tuple[pa.Array, list[Fai
         return _convert_binary(values, col)
     if col.type not in ("NAIVE_TIME",):
         try:
-            return pc.cast(values, target), []
+            return _within_calendar(pc.cast(values, target), col)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             pass
         if col.type in ("UTC_DATETIME", "NAIVE_DATETIME"):
             try:
-                return pc.cast(_normalize_timestamps(values, col), target), []
+                return _within_calendar(pc.cast(_normalize_timestamps(values, col), target), col)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 pass
     return _python_fallback(values, col, target)
+
+
+# Years 1..9999: what Spark, Python, Redshift and most readers hold. Arrow also parses year 0 and beyond.
+_DATE_RANGE = (-719162, 2932896)  # days since the epoch of 0001-01-01 and 9999-12-31
+_MICROS_RANGE = (_DATE_RANGE[0] * 86_400_000_000, (_DATE_RANGE[1] + 1) * 86_400_000_000 - 1)
+
+
+def _within_calendar(typed: pa.Array, col: ColumnDef) -> tuple[pa.Array, list[Failure]]:
+    """Dates and timestamps outside years 1..9999 become NULL with a recorded change."""
+    if col.type == "NAIVE_DATE":
+        raw, (lo, hi) = typed.cast(pa.int32()), _DATE_RANGE
+    elif col.type in ("UTC_DATETIME", "NAIVE_DATETIME"):
+        raw, (lo, hi) = typed.cast(pa.int64()), _MICROS_RANGE
+    else:
+        return typed, []
+    outside = pc.fill_null(pc.or_(pc.less(raw, lo), pc.greater(raw, hi)), False)
+    if not pc.any(outside).as_py():
+        return typed, []
+    rows = pc.indices_nonzero(outside).to_pylist()
+    cleaned = pc.if_else(outside, pa.scalar(None, typed.type), typed)
+    return cleaned, [Failure(i, col.name, NULLED, SIZE_LIMITATION) for i in rows]
 
 
 def _normalize_timestamps(values: pa.Array, col: ColumnDef) -> pa.Array:
@@ -170,8 +191,14 @@ def _parse_decimal(v: str, col: ColumnDef) -> decimal.Decimal:
     return q
 
 
+def _outside_calendar(text: str) -> None:
+    if text.startswith(("0000-", "-", "+")) or re.match(r"^\d{5,}-", text):
+        raise _Bad(NULLED, SIZE_LIMITATION)
+
+
 def _parse_date(v: str, col: ColumnDef) -> dt.date:
     text = v.strip()
+    _outside_calendar(text)
     if "T" in text or " " in text:
         text = re.split(r"[T ]", text, maxsplit=1)[0]
     return dt.date.fromisoformat(text)
@@ -179,6 +206,7 @@ def _parse_date(v: str, col: ColumnDef) -> dt.date:
 
 def _iso_datetime(text: str) -> dt.datetime:
     text = _FRACTION_OVER_US.sub(r"\1", text.strip())
+    _outside_calendar(text)
     if text.endswith(("Z", "z")):
         text = text[:-1] + "+00:00"
     return dt.datetime.fromisoformat(text)

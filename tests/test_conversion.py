@@ -70,3 +70,12 @@ def test_bad_values_are_captured_not_fatal(kw, value, change, reason, stored):  
     out, failures = conv(["1" if kw["type"] not in ("BINARY", "JSON", "NAIVE_DATE", "UTC_DATETIME") else None, value], **kw)
     assert out[1] == stored
     assert failures == [(1, change, reason)]
+
+
+@pytest.mark.parametrize("kw,value", [({"type": "NAIVE_DATE"}, "0000-01-01"),
+                                      ({"type": "NAIVE_DATETIME"}, "0000-01-01T00:00:00"),
+                                      ({"type": "UTC_DATETIME"}, "0000-01-01T00:00:00.000000000Z")])
+def test_dates_outside_years_1_to_9999_are_captured(kw, value):  # type: ignore[no-untyped-def]
+    out, failures = conv(["9999-12-31" if kw["type"] == "NAIVE_DATE" else "9999-12-31T23:59:59.999999", value], **kw)
+    assert out[1] is None and out[0] is not None
+    assert failures == [(1, NULLED, SIZE_LIMITATION)]

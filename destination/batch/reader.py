@@ -140,17 +140,27 @@ def _convert_block(raw: pa.Table, columns: list[ColumnDef], fmt: FileFormat) -> 
         if col.name not in raw.column_names:
             continue
         values = raw.column(col.name).combine_chunks()
-        if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+        if _is_text_or_bytes(values.type):
             if fmt.unmodified_string:
-                mask = pc.fill_null(pc.equal(values, fmt.unmodified_string), False)
+                mask = _equals(values, fmt.unmodified_string)
                 if pc.any(mask).as_py():
                     unmodified[col.name] = mask
                     values = pc.if_else(mask, pa.scalar(None, values.type), values)
             if fmt.kind == "parquet" and fmt.null_string:
-                values = pc.if_else(pc.fill_null(pc.equal(values, fmt.null_string), False),
-                                    pa.scalar(None, values.type), values)
+                values = pc.if_else(_equals(values, fmt.null_string), pa.scalar(None, values.type), values)
         typed, col_failures = convert_column(values, col)
         arrays.append(typed)
         names.append(col.name)
         failures.extend(col_failures)
     return DecodedBatch(pa.Table.from_arrays(arrays, names=names), unmodified, failures)
+
+
+def _is_text_or_bytes(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)
+
+
+def _equals(values: pa.Array, marker: str) -> pa.Array:
+    """Where a text or binary column holds a marker (Parquet binary columns carry it as bytes)."""
+    scalar = pa.scalar(marker.encode() if pa.types.is_binary(values.type) or pa.types.is_large_binary(values.type)
+                       else marker, values.type)
+    return pc.fill_null(pc.equal(values, scalar), False)

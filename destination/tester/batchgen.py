@@ -2,6 +2,8 @@
 or Parquet (strings and bytes, as its Avro writer), then zstd, then AES-256-CBC with a random IV."""
 from __future__ import annotations
 
+import base64
+import binascii
 import io
 import os
 import random
@@ -42,13 +44,20 @@ def parquet_bytes(columns: list[str], binary_columns: set[str], rows: list[dict[
     arrays = []
     for name in columns:
         values: list[Any] = [row.get(name) for row in rows]
-        if name in binary_columns:
-            arrays.append(pa.array([None if v is None else v.encode("utf-8") for v in values], pa.binary()))
+        if name in binary_columns:  # the bytes themselves: base64 text decoded, anything else as UTF-8
+            arrays.append(pa.array([None if v is None else _binary(v) for v in values], pa.binary()))
         else:
             arrays.append(pa.array(values, pa.string()))
     sink = io.BytesIO()
     pq.write_table(pa.Table.from_arrays(arrays, names=columns), sink)
     return sink.getvalue()
+
+
+def _binary(text: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return text.encode("utf-8")
 
 
 def seal(plain: bytes, key: bytes | None) -> bytes:
