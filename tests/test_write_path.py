@@ -1,0 +1,197 @@
+"""The Spark write path through WriteBatch: ordering rules, key comparison, retries, and cost that follows
+the change (from the versions' file statistics)."""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pytest
+
+from destination.protocol import sdk
+from destination.storage.base import open_storage
+from destination.table_store.store import TableStore
+from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING, seal
+from tests.batchfiles import write_csv
+from tests.conftest import spec_of
+from tests.rpc_helpers import rows_of, table
+
+KEY = bytes(range(32))
+U = UNMODIFIED_STRING
+SYS = [("_fivetran_synced", "UTC_DATETIME"), ("_fivetran_deleted", "BOOLEAN")]
+
+
+def params() -> sdk.FileParams:
+    return sdk.FileParams(compression=sdk.Compression.Value("ZSTD"), encryption=sdk.Encryption.Value("AES"),
+                          null_string=NULL_STRING, unmodified_string=UNMODIFIED_STRING)
+
+
+def write(stub, configuration, schema, t, tmp_path, replace=(), update=(), delete=()):  # type: ignore[no-untyped-def]
+    request = sdk.WriteBatchRequest(configuration=configuration, schema_name=schema, table=t, file_params=params())
+    cols = [c.name for c in t.columns]
+    for kind, rows in (("replace", replace), ("update", update), ("delete", delete)):
+        if rows:
+            path = write_csv(tmp_path / f"{kind}-{len(list(tmp_path.iterdir()))}.csv.zstd.aes", cols, list(rows), KEY)
+            getattr(request, f"{kind}_files").append(str(path))
+            request.keys[str(path)] = KEY
+    answer = stub.WriteBatch(request)
+    assert answer.WhichOneof("response") == "success", answer
+    return request
+
+
+def create(stub, configuration, schema, t):  # type: ignore[no-untyped-def]
+    assert stub.CreateTable(sdk.CreateTableRequest(configuration=configuration, schema_name=schema, table=t)).success
+
+
+def r(i: Any, v: Any, ts: str = "2024-01-01T00:00:00Z", **extra: Any) -> dict[str, Any]:
+    return {"id": str(i), "v": v, "n": extra.get("n", U if v == U else "1"), "_fivetran_synced": ts,
+            "_fivetran_deleted": extra.get("deleted", "false")}
+
+
+def test_request_order_and_repeated_keys(stub, configuration, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    t = table("t", [("id", "INT", True), ("v", "STRING"), ("n", "LONG"), *SYS])
+    create(stub, configuration, "w", t)
+    write(stub, configuration, "w", t, tmp_path, replace=[r(1, "a"), r(2, "b"), r(3, "c")])
+    write(stub, configuration, "w", t, tmp_path,
+          replace=[r(4, "first"), r(4, "second"), r(5, "new")],
+          update=[{**r(1, "upd"), "n": U},  # partial update: n unmodified
+                  {**r(1, U), "n": "7"},  # a second partial update of the same key: both apply
+                  {**r(4, "after-replace"), "n": U},  # an update sees the earlier replace of this request
+                  r(99, "missing"),  # update of a missing key: nothing
+                  {**r(2, U, deleted="true"), "n": U}],  # soft delete
+          delete=[{"id": "3", "v": None, "n": None, "_fivetran_synced": "2024-01-01T00:00:00Z", "_fivetran_deleted": None},
+                  {"id": "98", "v": None, "n": None, "_fivetran_synced": "2024-01-01T00:00:00Z", "_fivetran_deleted": None}])
+    got = {row["id"]: row for row in rows_of(configuration, "w", "t")}
+    assert sorted(got) == [1, 2, 4, 5]
+    assert (got[1]["v"], got[1]["n"]) == ("upd", 7)
+    assert (got[2]["v"], got[2]["n"], got[2]["_fivetran_deleted"]) == ("b", 1, True)
+    assert (got[4]["v"], got[4]["n"]) == ("after-replace", 1)
+    assert got[5]["v"] == "new"
+
+
+def test_replace_with_missing_columns_keeps_stored_values(stub, configuration, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    t = table("t", [("id", "INT", True), ("v", "STRING"), ("n", "LONG"), *SYS])
+    create(stub, configuration, "m", t)
+    write(stub, configuration, "m", t, tmp_path, replace=[r(1, "a"), r(2, "b")])
+    narrow = table("t", [("id", "INT", True), ("v", "STRING"), *SYS])  # the file lacks `n`
+    rows = [{k: v for k, v in r(1, "a2").items() if k != "n"}, {k: v for k, v in r(3, "c").items() if k != "n"}]
+    write(stub, configuration, "m", narrow, tmp_path, replace=rows)
+    got = {row["id"]: row for row in rows_of(configuration, "m", "t")}
+    assert (got[1]["v"], got[1]["n"]) == ("a2", 1) and (got[3]["v"], got[3]["n"]) == ("c", None)
+
+
+def test_keyless_table_by_fivetran_id(stub, configuration, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    t = table("k", [("v", "STRING"), ("_fivetran_synced", "UTC_DATETIME"), ("_fivetran_id", "STRING", True),
+                    ("_fivetran_deleted", "BOOLEAN")])
+    create(stub, configuration, "k", t)
+    row = lambda fid, v: {"v": v, "_fivetran_id": fid, "_fivetran_synced": "2024-01-01T00:00:00Z", "_fivetran_deleted": "false"}  # noqa: E731
+    write(stub, configuration, "k", t, tmp_path, replace=[row("a", "1"), row("b", "2"), row("a", "3")])
+    write(stub, configuration, "k", t, tmp_path, delete=[{"v": None, "_fivetran_id": "b", "_fivetran_synced": "2024-01-01T00:00:00Z",
+                                                           "_fivetran_deleted": None}])
+    assert [(x["_fivetran_id"], x["v"]) for x in rows_of(configuration, "k", "k")] == [("a", "3")]
+
+
+def test_composite_keys_compare_in_their_types(stub, configuration, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    t = table("c", [("f", "FLOAT", True), ("d", "DECIMAL", True, (38, 10)), ("b", "BOOLEAN", True), ("dt", "NAIVE_DATE", True),
+                    ("ts", "UTC_DATETIME", True), ("v", "STRING"), *SYS])
+    create(stub, configuration, "c", t)
+    base = {"_fivetran_synced": "2024-01-01T00:00:00Z", "_fivetran_deleted": "false"}
+    write(stub, configuration, "c", t, tmp_path, replace=[
+        {"f": "1.1", "d": "1.5", "b": "true", "dt": "0001-01-01", "ts": "2024-01-01T00:00:00.000001Z", "v": "x", **base}])
+    # same key written differently: 1.1 as float32 text, 1.50 with another scale, the same instant with more digits
+    write(stub, configuration, "c", t, tmp_path, update=[
+        {"f": "1.100000023841858", "d": "1.50", "b": "true", "dt": "0001-01-01", "ts": "2024-01-01T00:00:00.000001000Z",
+         "v": "y", **base}])
+    write(stub, configuration, "c", t, tmp_path, update=[  # a different microsecond is a different key
+        {"f": "1.1", "d": "1.5", "b": "true", "dt": "0001-01-01", "ts": "2024-01-01T00:00:00.000002Z", "v": "z", **base}])
+    assert [x["v"] for x in rows_of(configuration, "c", "c")] == ["y"]
+
+
+def test_edge_values_round_trip(stub, configuration, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    t = table("e", [("id", "INT", True), ("d", "DECIMAL", False, (38, 10)), ("f", "FLOAT"), ("db", "DOUBLE"),
+                    ("s", "STRING"), ("day", "NAIVE_DATE"), *SYS])
+    create(stub, configuration, "e", t)
+    base = {"_fivetran_synced": "2024-01-01T00:00:00Z", "_fivetran_deleted": "false"}
+    write(stub, configuration, "e", t, tmp_path, replace=[
+        {"id": "1", "d": "1234567890123456789012345678.0123456789", "f": "NaN", "db": "Infinity", "s": "", "day": "0001-01-01", **base},
+        {"id": "2", "d": "-0.0000000001", "f": "-Infinity", "db": "-1.7976931348623157E308", "s": None, "day": "9999-12-31", **base},
+        {"id": "3", "d": None, "f": "3.4028235E38", "db": "4.9E-324", "s": NULL_STRING + "!", "day": None, **base}])
+    got = {x["id"]: x for x in rows_of(configuration, "e", "e")}
+    import datetime as dt
+    import decimal
+    import math
+
+    assert got[1]["d"] == decimal.Decimal("1234567890123456789012345678.0123456789") and math.isnan(got[1]["f"])
+    assert got[1]["db"] == math.inf and got[1]["s"] == "" and got[1]["day"] == dt.date(1, 1, 1)
+    assert got[2]["d"] == decimal.Decimal("-0.0000000001") and got[2]["f"] == -math.inf and got[2]["s"] is None
+    assert got[2]["db"] == -1.7976931348623157e308 and got[2]["day"] == dt.date(9999, 12, 31)
+    assert got[3]["s"] == NULL_STRING + "!" and got[3]["db"] == 5e-324
+
+
+def test_a_retried_request_applies_once(stub, configuration, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    t = table("r", [("id", "INT", True), ("v", "STRING"), ("n", "LONG"), *SYS])
+    create(stub, configuration, "r", t)
+    write(stub, configuration, "r", t, tmp_path, replace=[r(1, "a")])
+    request = write(stub, configuration, "r", t, tmp_path, replace=[r(2, "b")], update=[{**r(1, "a2"), "n": U}])
+    store = TableStore(open_storage(spec_of(configuration)))
+    before = store.load("r", "r")
+    again = stub.WriteBatch(request)  # Fivetran did not see the answer and sends the same files again
+    assert again.WhichOneof("response") == "success"
+    after = store.load("r", "r")
+    assert before is not None and after is not None and after.version == before.version
+    assert sorted((x["id"], x["v"]) for x in rows_of(configuration, "r", "r")) == [(1, "a2"), (2, "b")]
+
+
+def _big_csv(path: Path, ids: np.ndarray, value: str) -> Path:
+    n = len(ids)
+    tbl = pa.table({"id": pa.array(ids), "v": pa.array(np.full(n, value)),
+                    "_fivetran_synced": pa.array(np.full(n, "2024-01-01T00:00:00Z")),
+                    "_fivetran_deleted": pa.array(np.full(n, "false"))})
+    buf = io.BytesIO()
+    pacsv.write_csv(tbl, buf)
+    path.write_bytes(seal(buf.getvalue(), KEY))
+    return path
+
+
+@pytest.mark.parametrize("configuration", ["local"], indirect=True)
+def test_cost_follows_the_change_on_a_million_rows(stub, configuration, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    t = table("big", [("id", "LONG", True), ("v", "STRING"), *SYS])
+    create(stub, configuration, "cost", t)
+
+    def send(**files: Path) -> None:
+        request = sdk.WriteBatchRequest(configuration=configuration, schema_name="cost", table=t, file_params=params())
+        for kind, path in files.items():
+            getattr(request, f"{kind}_files").append(str(path))
+            request.keys[str(path)] = KEY
+        assert stub.WriteBatch(request).WhichOneof("response") == "success"
+
+    send(replace=_big_csv(tmp_path / "load.csv.zstd.aes", np.arange(1_000_000), "initial"))
+    store = TableStore(open_storage(spec_of(configuration)))
+    loaded = store.load("cost", "big")
+    assert loaded is not None and loaded.rows == 1_000_000
+    names = {f.name for f in loaded.files}
+
+    send(replace=_big_csv(tmp_path / "new.csv.zstd.aes", np.arange(2_000_000, 2_001_000), "new"))
+    added = store.load("cost", "big")
+    assert added is not None and added.rows == 1_001_000
+    assert names <= {f.name for f in added.files}, "upserting new keys rewrote existing data files"
+    assert sum(f.rows for f in added.files if f.name not in names) == 1000
+
+    # 1,000 existing keys that all live in two buckets: only those buckets' files are rewritten
+    from destination.table_model import ColumnDef
+    from spark_jobs.keys import buckets, key_tokens
+
+    candidates = np.arange(0, 200_000)
+    tokens = key_tokens(pa.table({"id": pa.array(candidates)}), [ColumnDef("id", "LONG", True)])
+    in_two = candidates[np.isin(buckets(tokens, added.table.bucket_count), [3, 11])][:1000]
+    send(update=_big_csv(tmp_path / "upd.csv.zstd.aes", in_two, "updated"))
+    updated = store.load("cost", "big")
+    assert updated is not None and updated.rows == 1_001_000
+    rewritten = {f.name for f in added.files} - {f.name for f in updated.files}
+    assert rewritten and all(f.bucket in (3, 11) for f in added.files if f.name in rewritten)
+    assert {f.name for f in added.files if f.bucket not in (3, 11)} <= {f.name for f in updated.files}
+    changed = [x for x in rows_of(configuration, "cost", "big", validate=True) if x["v"] == "updated"]
+    assert sorted(x["id"] for x in changed) == sorted(in_two.tolist())
