@@ -8,6 +8,14 @@ Messages name the table, file and cause; they never contain keys or row values.
 """
 from __future__ import annotations
 
+import re
+
+
+def scrub(message: str) -> str:
+    """Keep row values out of library messages: drop quoted literals and CSV row echoes."""
+    message = re.sub(r"'[^']*'", "'…'", message)
+    return re.sub(r"(got \d+ columns?)[^\n]*", r"\1", message)
+
 
 class DestinationError(Exception):
     """Root of all errors raised on purpose by this destination."""
@@ -29,6 +37,7 @@ class BadBatchFile(BadRequest):
     """A batch file cannot be read: wrong key, bad padding, corrupt or truncated data, bad CSV."""
 
     def __init__(self, path: str, cause: str) -> None:
+        cause = scrub(cause)  # causes may quote library errors, which can echo row content
         super().__init__(f"batch file {path!r}: {cause}")
         self.path = path
         self.cause = cause

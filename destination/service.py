@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import threading
 import time
 import traceback
@@ -19,7 +18,7 @@ from typing import Any, Callable
 import grpc
 
 from destination import logs
-from destination.errors import BadRequest, CommitConflict, DestinationError, UserActionRequired
+from destination.errors import BadRequest, CommitConflict, DestinationError, UserActionRequired, scrub
 from destination.ops_builder import build_operations
 from destination.protocol import common, sdk, sdk_grpc
 from destination.proto_convert import file_format, table_from_proto, table_to_proto
@@ -35,12 +34,6 @@ from spark_jobs.session import get_session, trivial_job
 class Backend:
     store: TableStore
     writer: WritePath
-
-
-def scrub(message: str) -> str:
-    """Keep row values out of messages: drop quoted literals and CSV row echoes from library errors."""
-    message = re.sub(r"'[^']*'", "'…'", message)
-    return re.sub(r"(got \d+ columns?)[^\n]*", r"\1", message)
 
 
 class DestinationService(sdk_grpc.DestinationConnectorServicer):
@@ -121,11 +114,11 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
                     logs.warning(f"{label}: {exc}")
                     return response(task=common.Task(message=f"{name} {schema}.{table}: {exc}"))
                 except BadRequest as exc:
-                    logs.warning(f"{label}: rejected: {scrub(str(exc))}")
-                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{name} {schema}.{table}: {scrub(str(exc))}")
+                    logs.warning(f"{label}: rejected: {exc}")
+                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{name} {schema}.{table}: {exc}")
                 except DestinationError as exc:
-                    logs.severe(f"{label}: {scrub(str(exc))}")
-                    context.abort(grpc.StatusCode.INTERNAL, f"{name} {schema}.{table}: {scrub(str(exc))}")
+                    logs.severe(f"{label}: {exc}")
+                    context.abort(grpc.StatusCode.INTERNAL, f"{name} {schema}.{table}: {exc}")
                 except Exception as exc:
                     where = "".join(traceback.format_tb(exc.__traceback__, limit=-3)).replace("\n", " | ")
                     logs.severe(f"{label}: unexpected {type(exc).__name__}: {scrub(str(exc))} at {where}")

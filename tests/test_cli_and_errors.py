@@ -1,0 +1,124 @@
+"""The command line (tester, tables, show), Capabilities, and bad input through WriteBatch."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+
+from destination.protocol import sdk
+from destination.service import DestinationService
+from destination.settings import ServerOptions
+from destination.storage.base import open_storage
+from destination.table_store.store import TableStore
+from tests.batchfiles import write_csv
+from tests.conftest import spec_of
+from tests.rpc_helpers import rows_of, table
+from tests.test_write_path import KEY, SYS, create, params
+
+BIN = Path(sys.executable).parent / "records-destination"
+INPUTS = Path(__file__).resolve().parent.parent.parent / "shared" / "tester-inputs"
+
+
+@pytest.mark.parametrize("fmt,expected", [("csv", "CSV"), ("parquet", "PARQUET")])
+def test_capabilities_follow_the_batch_file_format(fmt: str, expected: str) -> None:
+    answer = DestinationService(ServerOptions(batch_file_format=fmt)).Capabilities(sdk.CapabilitiesRequest(), None)
+    assert sdk.BatchFileFormat.Name(answer.batch_file_format) == expected
+
+
+@pytest.mark.parametrize("configuration", ["local"], indirect=True)
+def test_tester_tables_and_show_commands(grpc_server, configuration, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    conf = tmp_path / "configuration.json"
+    conf.write_text(json.dumps(configuration))
+    ok = subprocess.run([str(BIN), "tester", "--input", str(INPUTS / "clickhouse" / "input_update_and_hard_delete.json"),
+                         "--address", grpc_server, "--configuration", str(conf), "--schema-name", "cli"],
+                        capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "OK   WriteBatch" in ok.stdout and "summary:" in ok.stdout and " 0 failed" in ok.stdout
+    failing = subprocess.run([str(BIN), "tester", "--input", str(INPUTS / "clickhouse" / "input_history_mode.json"),
+                              "--address", grpc_server, "--configuration", str(conf), "--schema-name", "cli2"],
+                             capture_output=True, text=True, timeout=300)
+    assert failing.returncode != 0 and "FAIL WriteHistoryBatch" in failing.stdout
+    listed = subprocess.run([str(BIN), "tables", "--root", configuration["root"]], capture_output=True, text=True)
+    assert listed.returncode == 0 and "cli" in listed.stdout and "update_and_delete" in listed.stdout
+    shown = subprocess.run([str(BIN), "show", "cli.update_and_delete", "--root", configuration["root"]],
+                           capture_output=True, text=True)
+    assert shown.returncode == 0 and "rows" in shown.stdout
+    expected_rows = len(rows_of(configuration, "cli", "update_and_delete"))
+    assert f"{expected_rows} rows" in shown.stdout
+
+
+def test_bad_batch_files_answer_precisely_and_write_nothing(stub, configuration, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    t = table("t", [("id", "INT", True), ("v", "STRING"), *SYS])
+    create(stub, configuration, "bad", t)
+    store = TableStore(open_storage(spec_of(configuration)))
+    before = store.load("bad", "t")
+    good = write_csv(tmp_path / "good.csv.zstd.aes", ["id", "v", "_fivetran_synced", "_fivetran_deleted"],
+                     [{"id": "1", "v": "x", "_fivetran_synced": "2024-01-01T00:00:00Z", "_fivetran_deleted": "false"}], KEY)
+    truncated = tmp_path / "truncated.csv.zstd.aes"
+    truncated.write_bytes(good.read_bytes()[:-7])
+    cases = [
+        ({str(good): bytes(32)}, [str(good)], "good.csv.zstd.aes"),  # wrong key
+        ({}, [str(good)], "no key for this file"),  # path missing from keys
+        ({str(truncated): KEY}, [str(truncated)], "truncated.csv.zstd.aes"),
+        ({str(good): KEY}, [str(good), str(tmp_path / "absent.csv.zstd.aes")], "file not found"),
+    ]
+    for keys, files, expected in cases:
+        request = sdk.WriteBatchRequest(configuration=configuration, schema_name="bad", table=t, replace_files=files,
+                                        keys=keys, file_params=params())
+        with pytest.raises(grpc.RpcError) as err:
+            stub.WriteBatch(request)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert expected in err.value.details() and "bad.t" in err.value.details()
+    after = store.load("bad", "t")
+    assert before is not None and after is not None and after.version == before.version and after.rows == 0
+
+
+def test_unconvertible_values_succeed_with_a_warning(stub, configuration, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    t = table("t", [("id", "INT", True), ("n", "SHORT"), ("day", "NAIVE_DATE"), *SYS])
+    create(stub, configuration, "conv", t)
+    path = write_csv(tmp_path / "conv.csv.zstd.aes", [c.name for c in t.columns], [
+        {"id": "1", "n": "70000", "day": "not a date", "_fivetran_synced": "2024-01-01T00:00:00Z", "_fivetran_deleted": "false"},
+        {"id": "2", "n": "7", "day": "2024-02-29", "_fivetran_synced": "2024-01-01T00:00:00Z", "_fivetran_deleted": "false"}], KEY)
+    answer = stub.WriteBatch(sdk.WriteBatchRequest(configuration=configuration, schema_name="conv", table=t,
+                                                   replace_files=[str(path)], keys={str(path): KEY}, file_params=params()))
+    assert answer.WhichOneof("response") == "success"
+    got = {r["id"]: r for r in rows_of(configuration, "conv", "t")}
+    meta = json.loads(got[1]["_destination_meta"])
+    assert got[1]["n"] is None and got[1]["day"] is None
+    assert {(c["field"], c["change"], c["reason"]) for c in meta["changes"]} == {
+        ("n", "NULLED", "DESTINATION_FIELD_SIZE_LIMITATION"), ("day", "NULLED", "DESTINATION_SERIALIZATION_ERROR")}
+    assert json.loads(got[2]["_destination_meta"]) == {"version": meta["version"], "changes": []}
+    warnings = [json.loads(line) for line in capsys.readouterr().out.splitlines()
+                if line.startswith("{") and '"WARNING"' in line and "conv.t" in line]
+    assert len(warnings) == 1 and "'n': 1" in warnings[0]["message"] and "'day': 1" in warnings[0]["message"]
+    assert "70000" not in warnings[0]["message"] and "not a date" not in warnings[0]["message"]
+
+
+@pytest.mark.parametrize("configuration", ["local"], indirect=True)
+def test_records_mover_reads_our_directory(stub, configuration, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """records-mover's own reader: the format, the schema (round-tripping exactly) and the manifest."""
+    from records_mover.records.records_directory import RecordsDirectory
+    from records_mover.records.schema import RecordsSchema
+    from records_mover.url.resolver import UrlResolver
+
+    t = table("rm", [("id", "INT", True), ("amount", "DECIMAL", False, (12, 2)), ("at", "UTC_DATETIME"), *SYS])
+    create(stub, configuration, "mover", t)
+    current = TableStore(open_storage(spec_of(configuration))).load("mover", "rm")
+    assert current is not None
+    directory = Path(configuration["root"]) / "mover" / "rm" / current.directory.rsplit("/", 1)[1]
+    resolver = UrlResolver(boto3_session_getter=lambda: None, gcs_client_getter=lambda: None,
+                           gcp_credentials_getter=lambda: None)
+    records = RecordsDirectory(records_loc=resolver.directory_url(directory.as_uri() + "/"))
+    assert type(records.load_format(fail_if_dont_understand=True)).__name__ == "ParquetRecordsFormat"
+    schema = records.load_schema_json_obj()
+    assert [(f.name, f.field_type) for f in schema.fields] == [
+        ("id", "integer"), ("amount", "decimal"), ("at", "datetimetz"), ("_fivetran_synced", "datetimetz"),
+        ("_fivetran_deleted", "boolean"), ("_destination_meta", "string")]
+    raw = json.loads((directory / "_schema.json").read_text())
+    assert RecordsSchema.from_data(raw).to_data() == raw
+    assert [e["meta"]["content_length"] for e in records.get_manifest()["entries"]] == \
+        [f.bytes for f in current.files]
