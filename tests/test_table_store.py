@@ -136,13 +136,16 @@ def test_retention_keeps_recent_versions_and_readers_of_old_ones(storage: Storag
     assert validate_version(storage, latest.directory) == []
 
 
-def test_retention_removes_uncommitted_leftovers_only_when_old(storage: Storage) -> None:
-    store = TableStore(storage, Retention(keep_versions=2, min_age_seconds=0))
-    for i in range(3):
-        store.write(SCHEMA, "events", appender(storage, i * 10))
+def test_a_leftover_claimed_version_is_cleared_by_the_next_writer(storage: Storage) -> None:
+    """An unfinished version (claim + files, no commit record) never becomes visible and is replaced."""
+    store = TableStore(storage, Retention(keep_versions=2, min_age_seconds=3600))
+    store.write(SCHEMA, "events", appender(storage, 1))
     prefix = layout.table_prefix(SCHEMA, "events")
-    storage.write_bytes(f"{prefix}/v00000000000000000001/orphan.parquet", b"junk")  # a crashed write's leftover
-    time.sleep(0.01)
-    removed = store.collect_garbage(prefix, 3)
-    assert "v00000000000000000001" in removed
-    assert storage.list_children(f"{prefix}/v00000000000000000003")  # the latest is untouched
+    storage.write_bytes(layout.claim_path(prefix, 2), json.dumps({"writer": store.writer_id, "at": 0}).encode())
+    storage.write_bytes(f"{prefix}/v00000000000000000002/orphan.parquet", b"junk")
+    assert store.load(SCHEMA, "events").version == 1  # type: ignore[union-attr]
+    done = store.write(SCHEMA, "events", appender(storage, 10))
+    assert done is not None and done.version == 2
+    assert "orphan.parquet" not in storage.list_children(done.directory)
+    assert validate_version(storage, done.directory) == []
+    assert not storage.exists(layout.claim_path(prefix, 2))

@@ -232,6 +232,15 @@ class Harness:
             keys[str(path)] = key
         return str(path)
 
+    def _attach(self, request: Any, table: TesterTable, parts: list[tuple[str, str, list[dict[str, str | None]], list[str]]]) -> None:
+        """Write each non-empty part as one batch file into the request's file list, with its key."""
+        keys: dict[str, bytes] = {}
+        for field_name, kind, rows, columns in parts:
+            if rows:
+                getattr(request, field_name).append(self._file(table, kind, rows, columns, keys))
+        for path, key in keys.items():
+            request.keys[path] = key
+
     def _params(self) -> sdk.FileParams:
         plain = self.plain_text
         return sdk.FileParams(compression=sdk.Compression.Value("OFF" if plain else "ZSTD"),
@@ -257,7 +266,6 @@ class Harness:
         return row
 
     def write_plain(self, table: TesterTable, kinds: dict[str, list[dict[str, Any]]]) -> None:
-        keys: dict[str, bytes] = {}
         columns = table.all_columns
         replace = [self._row(table, r, "upsert") for r in kinds.get("upsert", [])]
         update = [self._row(table, r, k) for k in ("update", "soft_delete") for r in kinds.get(k, [])]
@@ -265,20 +273,14 @@ class Harness:
         delete = [self._row(table, r, "delete") for r in kinds.get("delete", [])]
         request = sdk.WriteBatchRequest(configuration=self.configuration, schema_name=self.schema, table=table.proto(),
                                         file_params=self._params())
-        if replace:
-            request.replace_files.append(self._file(table, "upsert", replace, columns, keys))
-        if update:
-            request.update_files.append(self._file(table, "update", update, columns, keys))
-        if delete:
-            request.delete_files.append(self._file(table, "delete", delete, columns, keys))
-        for path, key in keys.items():
-            request.keys[path] = key
+        self._attach(request, table, [("replace_files", "upsert", replace, columns),
+                                      ("update_files", "update", update, columns),
+                                      ("delete_files", "delete", delete, columns)])
         rows = len(replace) + len(update) + len(delete)
         self._answer("WriteBatch", f"{table.name} ({rows} rows)", self.stub.WriteBatch, request)
 
     def write_history(self, table: TesterTable, kinds: dict[str, list[dict[str, Any]]]) -> None:
         """Versions get start = op_time; end/active are computed inside the batch, per key (§3.3)."""
-        keys: dict[str, bytes] = {}
         columns = table.all_columns
         versions: list[tuple[str, dict[str, str | None]]] = []
         for kind in ("upsert", "update", "soft_delete"):
@@ -308,18 +310,11 @@ class Harness:
             deletes.append(row)
         request = sdk.WriteHistoryBatchRequest(configuration=self.configuration, schema_name=self.schema,
                                                table=table.proto(), file_params=self._params())
-        if earliest:
-            request.earliest_start_files.append(self._file(table, "earliest", earliest, [*table.key_names, START], keys))
-        replace = [r for kind, r in versions if kind == "upsert"]
-        update = [r for kind, r in versions if kind != "upsert"]
-        if replace:
-            request.replace_files.append(self._file(table, "upsert", replace, columns, keys))
-        if update:
-            request.update_files.append(self._file(table, "update", update, columns, keys))
-        if deletes:
-            request.delete_files.append(self._file(table, "delete", deletes, columns, keys))
-        for path, key in keys.items():
-            request.keys[path] = key
+        self._attach(request, table, [
+            ("earliest_start_files", "earliest", earliest, [*table.key_names, START]),
+            ("replace_files", "upsert", [r for kind, r in versions if kind == "upsert"], columns),
+            ("update_files", "update", [r for kind, r in versions if kind != "upsert"], columns),
+            ("delete_files", "delete", deletes, columns)])
         rows = len(versions) + len(deletes)
         self._answer("WriteHistoryBatch", f"{table.name} ({rows} rows)", self.stub.WriteHistoryBatch, request)
 
