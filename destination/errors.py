@@ -14,7 +14,7 @@ import re
 def scrub(message: str) -> str:
     """Keep row values out of library messages: drop quoted literals and CSV row echoes."""
     message = re.sub(r"'[^']*'", "'…'", message)
-    return re.sub(r"(got \d+ columns?)[^\n]*", r"\1", message)
+    return re.sub(r"(got \d+(?: columns?)?):[^\n]*", r"\1", message)
 
 
 class DestinationError(Exception):
@@ -37,7 +37,6 @@ class BadBatchFile(BadRequest):
     """A batch file cannot be read: wrong key, bad padding, corrupt or truncated data, bad CSV."""
 
     def __init__(self, path: str, cause: str) -> None:
-        cause = scrub(cause)  # causes may quote library errors, which can echo row content
         super().__init__(f"batch file {path!r}: {cause}")
         self.path = path
         self.cause = cause

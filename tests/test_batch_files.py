@@ -230,3 +230,11 @@ def test_large_file_decodes_in_bounded_memory(tmp_path: Path) -> None:
     assert large_arrow < 0.2 * small / 1e6 and large_arrow <= small_arrow * 1.5
     assert large_rss < small_rss * 1.5 + 20, "peak memory grew with the file size"
     assert large_rss < large / 1e6, "decoding held as much as the whole file"
+
+
+def test_malformed_csv_errors_do_not_echo_row_values(tmp_path: Path) -> None:
+    path = tmp_path / "ragged.csv"
+    path.write_text("id,s\n1,secret-value-1\n2,secret-value-2,extra-secret\n")
+    with pytest.raises(BadBatchFile) as err:
+        decode(path, PLAIN, None, [ColumnDef("id", "INT", True), ColumnDef("s", "STRING")])
+    assert "ragged.csv" in str(err.value) and "secret" not in str(err.value)

@@ -25,7 +25,7 @@ import zstandard
 
 from destination.batch.stream import CHUNK, open_plaintext
 from destination.conversion import Failure, convert_column
-from destination.errors import BadBatchFile
+from destination.errors import BadBatchFile, scrub
 from destination.table_model import ColumnDef
 
 CSV_BLOCK = 1 << 20  # larger blocks raise peak memory (the reader reads ahead) without being faster
@@ -64,9 +64,9 @@ def iter_batch_file(path: str, columns: list[ColumnDef], fmt: FileFormat, key: b
     except BadBatchFile:
         raise
     except (zstandard.ZstdError, EOFError, OSError) as exc:
-        raise BadBatchFile(path, f"corrupt or truncated data: {exc}") from None
-    except pa.ArrowInvalid as exc:
-        raise BadBatchFile(path, f"malformed content: {exc}") from None
+        raise BadBatchFile(path, f"corrupt or truncated data: {scrub(str(exc))}") from None
+    except pa.ArrowInvalid as exc:  # library text can echo row content: scrub it
+        raise BadBatchFile(path, f"malformed content: {scrub(str(exc))}") from None
     finally:
         stream.close()
 
@@ -79,7 +79,7 @@ def read_header(path: str, buffered: io.BufferedReader) -> list[str]:
     try:
         header = next(csv.reader(io.StringIO(text, newline="")))
     except (StopIteration, csv.Error) as exc:
-        raise BadBatchFile(path, f"cannot read the CSV header: {exc}") from None
+        raise BadBatchFile(path, f"cannot read the CSV header: {scrub(str(exc))}") from None
     if len(set(header)) != len(header):
         raise BadBatchFile(path, "CSV header repeats a column name")
     return header
@@ -123,7 +123,7 @@ def _iter_parquet(path: str, stream: BinaryIO, columns: list[ColumnDef], fmt: Fi
     try:
         pfile = pq.ParquetFile(pa.BufferReader(data))
     except pa.ArrowInvalid as exc:
-        raise BadBatchFile(path, f"not a readable Parquet file: {exc}") from None
+        raise BadBatchFile(path, f"not a readable Parquet file: {scrub(str(exc))}") from None
     present = pfile.schema_arrow.names
     _check_columns(path, present, columns, required)
     wanted = [c.name for c in columns if c.name in present]
