@@ -5,7 +5,7 @@ stored in `_table.json` and shipped to Spark tasks.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 SYNCED = "_fivetran_synced"
@@ -64,7 +64,6 @@ class TableDef:
     name: str
     columns: tuple[ColumnDef, ...]
     bucket_count: int = 16
-    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def column_names(self) -> list[str]:

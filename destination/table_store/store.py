@@ -35,7 +35,7 @@ from destination.table_store.naming import decode_name
 CLAIM_LEASE_SECONDS = 1800.0
 CLAIM_WAIT_SECONDS = 600.0
 MAX_ATTEMPTS = 8
-RECENT_BATCHES = 20  # commit records searched for a retried batch's id
+RECENT_BATCHES = 20  # batch ids remembered per table to recognise a retried request
 
 FaultHook = Callable[[str], None]
 
@@ -57,6 +57,7 @@ class TableVersion:
     prefix: str
     committed_at: float = 0.0
     counters: dict[str, int] = field(default_factory=dict)
+    recent_batches: tuple[str, ...] = ()
 
     @property
     def directory(self) -> str:
@@ -129,6 +130,7 @@ class TableStore:
             schema=schema, version=n, table=TableDef.from_json(meta["table"]),
             files=tuple(DataFile.from_json(f) for f in files["files"]), prefix=prefix,
             committed_at=float(meta.get("committed_at", 0.0)), counters=dict(meta.get("counters", {})),
+            recent_batches=tuple(meta.get("recent_batches", ())),
         )
 
     def list_schemas(self) -> list[str]:
@@ -154,8 +156,6 @@ class TableStore:
         conflicts = 0
         while conflicts < MAX_ATTEMPTS:
             base_n = self.latest_version_number(prefix)
-            if batch_id:
-                self._check_not_applied(prefix, base_n, batch_id)
             target = base_n + 1
             claimed = self._claim(prefix, target)
             if claimed is None:  # version taken by a commit: redo on the new base
@@ -168,6 +168,8 @@ class TableStore:
                 continue
             try:
                 base = self._load_version(schema, prefix, base_n) if base_n else None
+                if batch_id and base is not None and batch_id in base.recent_batches:
+                    raise AlreadyApplied(base.version)
                 directory = layout.version_dir(prefix, target)
                 pending = produce(base, directory)
                 if pending is None:
@@ -175,7 +177,7 @@ class TableStore:
                     return base
                 self._fault("after_data_files")
                 committed = self._commit(schema, prefix, base, target, pending, batch_id)
-            except Exception:
+            except Exception:  # AlreadyApplied included: nothing to commit
                 self._abandon(prefix, target)
                 raise
             self._finish(prefix, committed)
@@ -244,9 +246,10 @@ class TableStore:
         s.write_bytes(f"{directory}/{records.SCHEMA_LEGACY}", schema_doc)
         s.write_bytes(f"{directory}/{records.FORMAT_FILE}", b"")
         s.write_bytes(f"{directory}/{records.FILES_JSON}", records.dumps({"files": [f.to_json() for f in files]}))
+        recent = (*(base.recent_batches if base else ()), *((batch_id,) if batch_id else ()))[-RECENT_BATCHES:]
         s.write_bytes(f"{directory}/{records.TABLE_JSON}", records.dumps({
             "schema": schema, "table": pending.table.to_json(), "version": target,
-            "committed_at": committed_at, "counters": counters}))
+            "committed_at": committed_at, "counters": counters, "recent_batches": list(recent)}))
         s.write_bytes(f"{directory}/{records.MANIFEST}", records.dumps(
             records.manifest_json([(s.url(f"{directory}/{f.name}"), f.bytes) for f in files])))
         self._fault("before_commit_record")
@@ -256,7 +259,7 @@ class TableStore:
             raise CommitConflict(f"{prefix!r}: version {target} was committed by another writer during this write")
         self._fault("after_commit_record")
         return TableVersion(schema=schema, version=target, table=pending.table, files=tuple(files), prefix=prefix,
-                            committed_at=committed_at, counters=counters)
+                            committed_at=committed_at, counters=counters, recent_batches=recent)
 
     def _finish(self, prefix: str, committed: TableVersion) -> None:
         s = self.storage
@@ -275,15 +278,6 @@ class TableStore:
             self.storage.delete(layout.claim_path(prefix, target))
         except Exception as exc:  # best effort: a leftover is cleaned up by takeover or retention
             logs.warning(f"{prefix}: could not clean up unfinished version {target}: {exc}")
-
-    def _check_not_applied(self, prefix: str, latest: int, batch_id: str) -> None:
-        for n in range(latest, max(0, latest - RECENT_BATCHES), -1):
-            try:
-                record = json.loads(self.storage.read_bytes(layout.log_path(prefix, n)))
-            except FileNotFoundError:
-                continue
-            if record.get("batch_id") == batch_id:
-                raise AlreadyApplied(n)
 
     # ---- retention ---------------------------------------------------------------------------
 
