@@ -43,8 +43,8 @@ class WritePath:
 
     def _run(self, task: TaskFn, base: TableVersion | None, target_dir: str, table: TableDef,
              units: list[dict[str, Any]], description: str) -> tuple[list[DataFile], set[str], dict[str, int]]:
-        version = int(target_dir.rsplit("/v", 1)[1])
-        ctx = JobContext(self.store.storage.spec, base.directory if base else None, target_dir, table.to_json(), version)
+        ctx = JobContext(self.store.storage.spec, base.directory if base else None, target_dir, table.to_json(),
+                         target_version(target_dir))
         try:
             results = run_units(self._spark(), task, ctx, units, description)
         except Exception as exc:

@@ -195,3 +195,25 @@ def test_cost_follows_the_change_on_a_million_rows(stub, configuration, tmp_path
     assert {f.name for f in added.files if f.bucket not in (3, 11)} <= {f.name for f in updated.files}
     changed = [x for x in rows_of(configuration, "cost", "big", validate=True) if x["v"] == "updated"]
     assert sorted(x["id"] for x in changed) == sorted(in_two.tolist())
+
+
+def test_truncate_drops_and_keeps_whole_files_by_their_statistics(stub, configuration, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from google.protobuf.timestamp_pb2 import Timestamp
+
+    t = table("tr", [("id", "INT", True), ("v", "STRING"), ("n", "LONG"), *SYS])
+    create(stub, configuration, "trs", t)
+    write(stub, configuration, "trs", t, tmp_path, replace=[r(i, "old", "2024-01-01T00:00:00Z") for i in range(40)])
+    store = TableStore(open_storage(spec_of(configuration)))
+    old_files = {f.name for f in store.load("trs", "tr").files}  # type: ignore[union-attr]
+    write(stub, configuration, "trs", t, tmp_path, replace=[r(i, "new", "2024-06-01T00:00:00Z") for i in range(100, 140)])
+    before = store.load("trs", "tr")
+    assert before is not None
+    new_files = {f.name for f in before.files} - old_files
+    cutoff = Timestamp(seconds=1_709_251_200)  # 2024-03-01: between the two writes
+    assert stub.Truncate(sdk.TruncateRequest(configuration=configuration, schema_name="trs", table_name="tr",
+                                             synced_column="_fivetran_synced", utc_delete_before=cutoff)).success
+    after = store.load("trs", "tr")
+    assert after is not None
+    # the old files were dropped unread and the new ones carried as they were: no file was rewritten
+    assert {f.name for f in after.files} == new_files
+    assert sorted(x["id"] for x in rows_of(configuration, "trs", "tr")) == list(range(100, 140))
