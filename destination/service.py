@@ -19,6 +19,7 @@ import grpc
 
 from destination import logs
 from destination.errors import BadRequest, CommitConflict, DestinationError, UserActionRequired, scrub
+from destination.migrations import migrate
 from destination.ops_builder import build_operations
 from destination.protocol import common, sdk, sdk_grpc
 from destination.proto_convert import file_format, table_from_proto, table_to_proto
@@ -192,5 +193,7 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
 
     @_rpc("Migrate", sdk.MigrateResponse, lambda r: (r.details.schema, r.details.table))
     def Migrate(self, request: Any, backend: Backend, schema: str, table: str) -> tuple[Any, str]:
-        op = request.details.WhichOneof("operation") or "none"
-        return sdk.MigrateResponse(unsupported=True), f"operation {op} not supported yet"
+        outcome = migrate(backend.writer, schema, table, request.details, common.DataType.Name)
+        if not outcome.supported:
+            return sdk.MigrateResponse(unsupported=True), outcome.detail
+        return sdk.MigrateResponse(success=True), outcome.detail

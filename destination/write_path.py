@@ -57,11 +57,14 @@ class WritePath:
                 counts[k] = counts.get(k, 0) + v
         return new_files, replaced, counts
 
-    def _rewrite_all(self, schema: str, old: TableDef, new: TableDef, operation: str) -> TableVersion | None:
+    def rewrite_all(self, schema: str, new: TableDef, operation: str, sources: dict[str, str] | None = None,
+                    constants: dict[str, str | None] | None = None) -> TableVersion | None:
+        """Rewrite every data file under the definition `new` (see spark_jobs.alter.convert_table)."""
         def produce(base: TableVersion | None, target: str) -> PendingVersion:
             if base is None:
                 raise TableNotFound(f"table {schema}.{new.name} does not exist")
-            units = [{"file": f.to_json(), "old_table": base.table.to_json()} for f in base.files if f.rows]
+            units = [{"file": f.to_json(), "old_table": base.table.to_json(), "sources": sources,
+                      "constants": constants} for f in base.files if f.rows]
             new_files, _replaced, counts = self._run(rewrite_file_task, base, target, new, units,
                                                      f"{operation} {schema}.{new.name}")
             return PendingVersion(new, new_files, [], {"kind": operation}, {})
@@ -87,7 +90,7 @@ class WritePath:
             return Outcome(current.version)
         if set(new.key_columns) != set(current.table.key_columns):
             return self._rekey(schema, current.table, new)
-        committed = self._rewrite_all(schema, current.table, new, "alter_table")
+        committed = self.rewrite_all(schema, new, "alter_table")
         return Outcome(committed.version if committed else None)
 
     def _rekey(self, schema: str, old: TableDef, new: TableDef) -> Outcome:
@@ -120,7 +123,7 @@ class WritePath:
             return current
         new = current.table.with_columns([*current.table.columns,
                                           *(ColumnDef(c.name, c.type, False, c.precision, c.scale, c.string_byte_length) for c in missing)])
-        committed = self._rewrite_all(schema, current.table, new, "add_columns")
+        committed = self.rewrite_all(schema, new, "add_columns")
         assert committed is not None
         return committed
 

@@ -18,17 +18,29 @@ def _as_text(values: pa.Array) -> pa.Array:
     return values.cast(pa.string())
 
 
-def convert_table(old: pa.Table, old_def: TableDef, new_def: TableDef, version: int) -> tuple[pa.Table, int]:
-    """Columns of new_def taken from old by name; new ones NULL; changed types converted per value."""
+def convert_table(old: pa.Table, old_def: TableDef, new_def: TableDef, version: int,
+                  sources: dict[str, str] | None = None,
+                  constants: dict[str, str | None] | None = None) -> tuple[pa.Table, int]:
+    """Columns of new_def taken from old by name (or from `sources[name]`, for renames and copies);
+    `constants[name]` sets every row to a text value converted to the column type (None: NULL);
+    new columns are NULL; changed types are converted per value."""
     schema = arrow_schema(new_def.columns)
     failures: list[Failure] = []
     arrays: list[pa.Array] = []
+    sources = sources or {}
+    constants = constants or {}
     for col in new_def.columns:
-        before = old_def.column(col.name)
-        if before is None or col.name not in old.column_names:
+        if col.name in constants:
+            text = pa.array([constants[col.name]] * old.num_rows, pa.string())
+            typed, col_failures = convert_column(text, col)
+            arrays.append(typed)
+            failures.extend(col_failures)
+            continue
+        source = sources.get(col.name, col.name)
+        if old_def.column(source) is None or source not in old.column_names:
             arrays.append(pa.nulls(old.num_rows, arrow_type(col)))
             continue
-        values = old.column(col.name).combine_chunks()
+        values = old.column(source).combine_chunks()
         target = arrow_type(col)
         if values.type == target:
             arrays.append(values)

@@ -113,7 +113,8 @@ def truncate_file_task(ctx: JobContext, unit: dict[str, Any]) -> dict[str, Any]:
 
 
 def rewrite_file_task(ctx: JobContext, unit: dict[str, Any]) -> dict[str, Any]:
-    """unit: {file, old_table}. Re-encode a stored file under a new definition (AlterTable).
+    """unit: {file, old_table, sources?, constants?}. Re-encode a stored file under a new definition
+    (AlterTable, and the column migrations).
 
     Columns keep their values; a changed type converts each value, and a value that does
     not convert becomes NULL with the change recorded in `_destination_meta`.
@@ -124,7 +125,7 @@ def rewrite_file_task(ctx: JobContext, unit: dict[str, Any]) -> dict[str, Any]:
     f = DataFile.from_json(unit["file"])
     old_def = TableDef.from_json(unit["old_table"])
     old = align(read_data_file(storage, ctx.base_dir or "", f.name), old_def)
-    table, failures = convert_table(old, old_def, ctx.table_def, ctx.version)
+    table, failures = convert_table(old, old_def, ctx.table_def, ctx.version, unit.get("sources"), unit.get("constants"))
     out = TaskResult(replaced=[f.name], counts={"converted_failures": failures})
     if table.num_rows:
         out.new_files.append(write_data_file(storage, ctx.target_dir, data_file_name(f.bucket), table, ctx.table_def,

@@ -1,0 +1,142 @@
+"""Migrate: schema-migration operations on plain tables (fivetran-protocol §5 "Migrate", §10.6).
+
+Each operation commits one new version through the table store; a table copy or rename creates the
+target's first version from the source's files (server-side copies), and a retried operation ends in the
+same state. History-mode and sync-mode operations are not implemented yet: they answer `unsupported`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from destination.errors import BadRequest, TableNotFound, UserActionRequired
+from destination.table_model import ColumnDef, TableDef
+from destination.table_store.layout import data_file_name
+from destination.table_store.store import PendingVersion, TableVersion
+from destination.type_mapping import normalize_column
+from destination.write_path import WritePath
+
+NULL_VALUE = "NULL"
+
+
+@dataclass(frozen=True)
+class MigrationOutcome:
+    supported: bool
+    detail: str
+
+
+def migrate(writer: WritePath, schema: str, table: str, details: Any, type_name: Any) -> MigrationOutcome:
+    """details: a fivetran_sdk.v2 MigrationDetails; type_name maps a DataType enum number to its name."""
+    op = details.WhichOneof("operation")
+    if op == "drop" and details.drop.WhichOneof("entity") == "drop_table":
+        writer.store.drop(schema, table)
+        return MigrationOutcome(True, "table dropped")
+    if op == "rename":
+        which = details.rename.WhichOneof("entity")
+        if which == "rename_table":
+            r = details.rename.rename_table
+            return _rename_table(writer, schema, r.from_table or table, r.to_table)
+        r = details.rename.rename_column
+        return _rewrite(writer, schema, table, lambda t: _renamed(t, r.from_column, r.to_column),
+                        sources={r.to_column: r.from_column}, what=f"column {r.from_column!r} renamed to {r.to_column!r}")
+    if op == "copy":
+        which = details.copy.WhichOneof("entity")
+        if which == "copy_table":
+            c = details.copy.copy_table
+            return _copy_table(writer, schema, c.from_table or table, c.to_table)
+        if which == "copy_column":
+            c = details.copy.copy_column
+            return _rewrite(writer, schema, table, lambda t: _with_copy(t, c.from_column, c.to_column),
+                            sources={c.to_column: c.from_column}, what=f"column {c.from_column!r} copied to {c.to_column!r}")
+        return MigrationOutcome(False, f"copy operation {which} is not supported yet")
+    if op == "add" and details.add.WhichOneof("entity") == "add_column_with_default_value":
+        a = details.add.add_column_with_default_value
+        column = normalize_column(ColumnDef(a.column, type_name(a.column_type)))
+        return _rewrite(writer, schema, table, lambda t: _with_column(t, column),
+                        constants={a.column: _value(a.default_value)}, what=f"column {a.column!r} set to its default")
+    if op == "update_column_value":
+        u = details.update_column_value
+
+        def same(t: TableDef) -> TableDef:
+            if t.column(u.column) is None:
+                raise BadRequest(f"no column {u.column!r} in table {t.name!r}")
+            return t
+        return _rewrite(writer, schema, table, same, constants={u.column: _value(u.value)},
+                        what=f"column {u.column!r} updated on every row")
+    return MigrationOutcome(False, f"operation {op} is not supported yet")
+
+
+def _value(text: str) -> str | None:
+    return None if text == NULL_VALUE else text
+
+
+def _load(writer: WritePath, schema: str, table: str) -> TableVersion:
+    current = writer.store.load(schema, table)
+    if current is None:
+        raise TableNotFound(f"table {schema}.{table} does not exist")
+    return current
+
+
+def _rewrite(writer: WritePath, schema: str, table: str, change: Any, *, what: str,
+             sources: dict[str, str] | None = None, constants: dict[str, str | None] | None = None) -> MigrationOutcome:
+    current = _load(writer, schema, table)
+    new = change(current.table)
+    # a retry after a rename finds the source column gone: nothing is taken from it again
+    live_sources = {k: v for k, v in (sources or {}).items() if current.table.column(v) is not None}
+    if new == current.table and not live_sources and not constants:
+        return MigrationOutcome(True, f"{what}: already done (version {current.version})")
+    committed = writer.rewrite_all(schema, new, "migrate", sources=live_sources, constants=constants)
+    return MigrationOutcome(True, f"{what}: version {committed.version if committed else current.version}")
+
+
+def _renamed(t: TableDef, old: str, new: str) -> TableDef:
+    if t.column(old) is None:
+        if t.column(new) is not None:
+            return t  # a retry after the rename landed
+        raise BadRequest(f"no column {old!r} in table {t.name!r}")
+    if t.column(new) is not None:
+        raise UserActionRequired(f"cannot rename {old!r}: table {t.name!r} already has a column {new!r}")
+    return t.with_columns([ColumnDef(new, c.type, c.primary_key, c.precision, c.scale, c.string_byte_length)
+                           if c.name == old else c for c in t.columns])
+
+
+def _with_copy(t: TableDef, source: str, target: str) -> TableDef:
+    col = t.column(source)
+    if col is None:
+        raise BadRequest(f"no column {source!r} in table {t.name!r}")
+    if t.column(target) is not None:
+        return t  # a retry: the values are copied again over the same column
+    return t.with_columns([*t.columns, ColumnDef(target, col.type, False, col.precision, col.scale, col.string_byte_length)])
+
+
+def _with_column(t: TableDef, column: ColumnDef) -> TableDef:
+    return t if t.column(column.name) is not None else t.with_columns([*t.columns, column])
+
+
+def _copy_table(writer: WritePath, schema: str, source: str, target: str) -> MigrationOutcome:
+    """A new table with the source's definition and data; an existing target (an earlier try) is replaced."""
+    current = _load(writer, schema, source)
+    writer.store.drop(schema, target)
+    storage = writer.store.storage
+
+    def produce(base: TableVersion | None, directory: str) -> PendingVersion:
+        copied = []
+        for f in current.files:
+            if not f.rows:
+                continue
+            name = data_file_name(f.bucket)
+            storage.copy(f"{current.directory}/{f.name}", f"{directory}/{name}")
+            copied.append(type(f)(name, f.rows, f.bytes, f.bucket, f.min_synced, f.max_synced))
+        return PendingVersion(TableDef(target, current.table.columns, current.table.bucket_count), copied, [],
+                              {"kind": "copy_table", "from": source})
+    committed = writer.store.write(schema, target, produce)
+    return MigrationOutcome(True, f"copied to {target!r} as version {committed.version if committed else '?'}")
+
+
+def _rename_table(writer: WritePath, schema: str, source: str, target: str) -> MigrationOutcome:
+    """Copy, then drop the source. A retry after the copy landed finds the source gone and the target there."""
+    if writer.store.load(schema, source) is None and writer.store.load(schema, target) is not None:
+        return MigrationOutcome(True, f"already renamed to {target!r}")
+    outcome = _copy_table(writer, schema, source, target)
+    writer.store.drop(schema, source)
+    return MigrationOutcome(True, f"renamed to {target!r} ({outcome.detail})")
