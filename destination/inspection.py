@@ -45,7 +45,11 @@ def show_table(root: str, name: str, version: int | None, limit: int, s3: dict[s
     if current is None:
         print(f"{name}: no such table or version")
         return 1
-    parts = [align(read_data_file(store.storage, current.directory, f.name), current.table) for f in current.files]
+    parts: list[pa.Table] = []
+    for f in current.files:  # read only as many files as the limit needs
+        if sum(p.num_rows for p in parts) >= limit:
+            break
+        parts.append(align(read_data_file(store.storage, current.directory, f.name), current.table))
     rows = pa.concat_tables(parts).slice(0, limit) if parts else None
     print(f"{name} version {current.version}: {current.rows} rows")
     if rows is not None and rows.num_rows:

@@ -159,7 +159,7 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         if request.HasField("soft") and not deleted:
             deleted = DELETED
         outcome = backend.writer.truncate(schema, table, request.synced_column or "_fivetran_synced", cutoff_us, deleted)
-        if outcome.counts.get("missing_table"):
+        if outcome.version is None:
             return sdk.TruncateResponse(success=True), "table does not exist: nothing to truncate"
         return sdk.TruncateResponse(success=True), f"{'soft' if deleted else 'hard'}: {outcome.counts} version {outcome.version}"
 

@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 
 from destination.errors import BadRequest, DestinationError, StorageError, TableNotFound, UserActionRequired
 from destination.ops_builder import Operations
-from destination.table_model import DELETED, SYNCED, ColumnDef, TableDef
+from destination.table_model import SYNCED, ColumnDef, TableDef
 from destination.table_store.datafiles import DataFile, align, read_data_file
 from destination.table_store.store import PendingVersion, TableStore, TableVersion
 from destination.type_mapping import normalize_column
@@ -29,9 +29,8 @@ from spark_jobs.tasks import JobContext, merge_bucket_task, rewrite_file_task, t
 
 @dataclass
 class Outcome:
-    version: int | None
+    version: int | None  # None: the table does not exist
     counts: dict[str, int] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
 
 
 class WritePath:
@@ -67,7 +66,7 @@ class WritePath:
                       "constants": constants} for f in base.files if f.rows]
             new_files, _replaced, counts = self._run(rewrite_file_task, base, target, new, units,
                                                      f"{operation} {schema}.{new.name}")
-            return PendingVersion(new, new_files, [], {"kind": operation}, {})
+            return PendingVersion(new, new_files, [], {"kind": operation})
         return self.store.write(schema, new.name, produce)
 
     # ---- CreateTable / AlterTable ----------------------------------------------------------
@@ -89,11 +88,11 @@ class WritePath:
         if new == current.table:
             return Outcome(current.version)
         if set(new.key_columns) != set(current.table.key_columns):
-            return self._rekey(schema, current.table, new)
+            return self._rekey(schema, new)
         committed = self.rewrite_all(schema, new, "alter_table")
         return Outcome(committed.version if committed else None)
 
-    def _rekey(self, schema: str, old: TableDef, new: TableDef) -> Outcome:
+    def _rekey(self, schema: str, new: TableDef) -> Outcome:
         """A primary-key change re-buckets every row: stored rows become replace operations
         (in `_fivetran_synced` order, so the newest wins if the new key merges rows)."""
         def produce(base: TableVersion | None, target: str) -> PendingVersion:
@@ -112,7 +111,7 @@ class WritePath:
             ops = _stored_rows_as_replace_ops(converted, new)
             units = bucket_units(ops, None)
             new_files, _r, counts = self._run(merge_bucket_task, None, target, new, units, f"rekey {schema}.{new.name}")
-            return PendingVersion(new, new_files, [], {"kind": "alter_table_primary_key"}, {})
+            return PendingVersion(new, new_files, [], {"kind": "alter_table_primary_key"})
         committed = self.store.write(schema, new.name, produce)
         return Outcome(committed.version if committed else None)
 
@@ -143,7 +142,7 @@ class WritePath:
             carried = [f for f in base.files if f.name not in replaced]
             stats.clear()
             stats.update(counts)
-            return PendingVersion(base.table, new_files, carried, {"kind": "write_batch", "counts": counts}, {})
+            return PendingVersion(base.table, new_files, carried, {"kind": "write_batch", "counts": counts})
         committed = self.store.write(schema, table_name, produce, batch_id=ops.batch_id)
         return Outcome(committed.version if committed else None, stats)
 
@@ -153,7 +152,7 @@ class WritePath:
                  deleted_column: str | None) -> Outcome:
         current = self.store.load(schema, table_name)
         if current is None:
-            return Outcome(None, {"missing_table": 1})
+            return Outcome(None)
         if current.table.column(synced_column) is None:
             raise BadRequest(f"Truncate {schema}.{table_name}: no column {synced_column!r}")
         if deleted_column and current.table.column(deleted_column) is None:
@@ -185,7 +184,7 @@ class WritePath:
             stats.update(counts)
             carried = [f for f in base.files if f.name not in gone]
             kind = "soft_truncate" if deleted_column else "truncate"
-            return PendingVersion(base.table, new_files, carried, {"kind": kind, "counts": counts}, {})
+            return PendingVersion(base.table, new_files, carried, {"kind": kind, "counts": counts})
         committed = self.store.write(schema, table_name, produce)
         return Outcome(committed.version if committed else current.version, stats)
 

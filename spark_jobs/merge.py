@@ -109,15 +109,10 @@ def _apply_round(state: pa.Table, state_keys: pa.Array, ops: pa.Table, table_def
         if f.name == DESTINATION_META:
             arrays.append(_meta(version, new_ops.column(CHANGES).combine_chunks()))
             continue
-        incoming = new_ops.column(f.name).combine_chunks() if f.name in new_ops.column_names else pa.nulls(len(new_ops), f.type)
-        flag = UNMOD + f.name
-        if flag in new_ops.column_names or f.name not in new_ops.column_names:
-            stored = pc.take(state.column(f.name), new_idx) if len(state) else pa.nulls(len(new_ops), f.type)
-            if f.name not in new_ops.column_names:
-                incoming = stored
-            else:
-                incoming = pc.if_else(new_ops.column(flag), stored, incoming)
-        arrays.append(incoming.cast(f.type))
+        # operations carry every column and its unmodified flag (ops_builder): a flagged value keeps the stored one
+        incoming = new_ops.column(f.name).combine_chunks()
+        stored = pc.take(state.column(f.name), new_idx) if len(state) else pa.nulls(len(new_ops), f.type)
+        arrays.append(pc.if_else(new_ops.column(UNMOD + f.name), stored, incoming).cast(f.type))
     written = pa.Table.from_arrays(arrays, schema=schema)
     # every stored row this round touches is removed; replaced and updated ones come back in `written`
     replaced_keys = pc.filter(op_keys, exists)

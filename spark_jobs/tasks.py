@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
@@ -17,6 +18,7 @@ from destination.storage.base import StorageSpec, open_storage
 from destination.table_model import TableDef
 from destination.table_store.datafiles import DataFile, align, read_data_file, write_data_file
 from destination.table_store.layout import data_file_name
+from spark_jobs.alter import convert_table
 from spark_jobs.keys import key_tokens
 from spark_jobs.merge import KEY, key_columns, merge_bucket
 
@@ -83,28 +85,30 @@ def merge_bucket_task(ctx: JobContext, unit: dict[str, Any]) -> dict[str, Any]:
     return out.__dict__
 
 
+def before_cutoff_ms(synced: pa.Array, cutoff_us: int) -> pa.Array:
+    """synced < cutoff compared at millisecond precision, in exact int64 arithmetic (µs values of
+    distant years do not fit a float64) with floor division (right for instants before 1970)."""
+    micros = synced.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+    millis = np.floor_divide(pc.fill_null(micros, 0).to_numpy(), 1000)
+    return pc.and_(pc.is_valid(micros), pa.array(millis < cutoff_us // 1000))
+
+
 def truncate_file_task(ctx: JobContext, unit: dict[str, Any]) -> dict[str, Any]:
     """unit: {file, cutoff_us, synced_column, deleted_column or None}. Rows with synced (at ms) < cutoff go."""
     storage = open_storage(ctx.storage)
     table_def = ctx.table_def
     f = DataFile.from_json(unit["file"])
     table = align(read_data_file(storage, ctx.base_dir or "", f.name), table_def)
-    synced = table.column(unit["synced_column"]).cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
-    synced_ms = pc.multiply(pc.floor(pc.divide(synced.cast(pa.float64()), 1000.0)).cast(pa.int64()), 1000)
-    hit = pc.fill_null(pc.less(synced_ms, unit["cutoff_us"] // 1000 * 1000), False)
-    affected = pc.sum(hit).as_py() or 0
+    hit = before_cutoff_ms(table.column(unit["synced_column"]).combine_chunks(), unit["cutoff_us"])
     deleted_col = unit.get("deleted_column")
-    if deleted_col:
-        already = pc.fill_null(table.column(deleted_col), False) if deleted_col in table.column_names else None
-        col_idx = table.column_names.index(deleted_col)
-        new_deleted = pc.if_else(hit, True, table.column(deleted_col))
-        if already is not None:
-            affected = pc.sum(pc.and_(hit, pc.invert(already))).as_py() or 0
-        table = table.set_column(col_idx, deleted_col, new_deleted)
-        counts = {"updated": affected}
+    if deleted_col:  # the driver added the column to the table first if it was missing
+        current = table.column(deleted_col)
+        newly = pc.and_(hit, pc.invert(pc.fill_null(current, False)))
+        table = table.set_column(table.column_names.index(deleted_col), deleted_col, pc.if_else(hit, True, current))
+        counts = {"updated": pc.sum(newly).as_py() or 0}
     else:
         table = table.filter(pc.invert(hit))
-        counts = {"deleted": affected}
+        counts = {"deleted": pc.sum(hit).as_py() or 0}
     out = TaskResult(replaced=[f.name], counts=counts)
     if table.num_rows:
         out.new_files.append(write_data_file(storage, ctx.target_dir, data_file_name(f.bucket), table, table_def,
@@ -119,8 +123,6 @@ def rewrite_file_task(ctx: JobContext, unit: dict[str, Any]) -> dict[str, Any]:
     Columns keep their values; a changed type converts each value, and a value that does
     not convert becomes NULL with the change recorded in `_destination_meta`.
     """
-    from spark_jobs.alter import convert_table
-
     storage = open_storage(ctx.storage)
     f = DataFile.from_json(unit["file"])
     old_def = TableDef.from_json(unit["old_table"])

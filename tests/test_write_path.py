@@ -217,3 +217,25 @@ def test_truncate_drops_and_keeps_whole_files_by_their_statistics(stub, configur
     # the old files were dropped unread and the new ones carried as they were: no file was rewritten
     assert {f.name for f in after.files} == new_files
     assert sorted(x["id"] for x in rows_of(configuration, "trs", "tr")) == list(range(100, 140))
+
+
+def test_truncate_compares_exact_milliseconds_far_from_1970(stub, configuration, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Year-9999 stamps do not fit a float64 in µs, and instants before 1970 must floor, not round toward zero."""
+    from google.protobuf.timestamp_pb2 import Timestamp
+
+    t = table("far", [("id", "INT", True), ("v", "STRING"), ("n", "LONG"), *SYS])
+    create(stub, configuration, "far", t)
+    write(stub, configuration, "far", t, tmp_path, replace=[
+        r(1, "pre-epoch", "1969-12-31T23:59:59.999500Z"),  # at ms precision: 23:59:59.999, before the cutoff
+        r(2, "epoch", "1970-01-01T00:00:00.000500Z"),  # 00:00:00.000: not strictly before
+        r(3, "far future", "9999-12-31T23:59:59.999999Z")])
+    cutoff = Timestamp(seconds=0)
+    soft = sdk.TruncateRequest(configuration=configuration, schema_name="far", table_name="far",
+                               synced_column="_fivetran_synced", utc_delete_before=cutoff)
+    soft.soft.deleted_column = "_fivetran_deleted"
+    assert stub.Truncate(soft).success
+    assert {x["id"]: x["_fivetran_deleted"] for x in rows_of(configuration, "far", "far")} == {1: True, 2: False, 3: False}
+    hard = sdk.TruncateRequest(configuration=configuration, schema_name="far", table_name="far",
+                               synced_column="_fivetran_synced", utc_delete_before=cutoff)
+    assert stub.Truncate(hard).success
+    assert sorted(x["id"] for x in rows_of(configuration, "far", "far")) == [2, 3]

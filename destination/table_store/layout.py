@@ -16,8 +16,12 @@ VERSION_DIGITS = 20
 _VERSION_DIR = re.compile(r"^v(\d{20})$")
 
 
+def schema_prefix(schema: str) -> str:
+    return encode_name(schema)
+
+
 def table_prefix(schema: str, table: str) -> str:
-    return f"{encode_name(schema)}/{encode_name(table)}"
+    return f"{schema_prefix(schema)}/{encode_name(table)}"
 
 
 def version_dir_name(version: int) -> str:

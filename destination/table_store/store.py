@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from destination import logs
@@ -56,7 +56,6 @@ class TableVersion:
     files: tuple[DataFile, ...]
     prefix: str
     committed_at: float = 0.0
-    counters: dict[str, int] = field(default_factory=dict)
     recent_batches: tuple[str, ...] = ()
 
     @property
@@ -76,7 +75,6 @@ class PendingVersion:
     new_files: list[DataFile]
     carried: list[DataFile]
     operation: dict[str, Any]
-    counters: dict[str, int] = field(default_factory=dict)
 
 
 class AlreadyApplied(Exception):
@@ -129,7 +127,7 @@ class TableStore:
         return TableVersion(
             schema=schema, version=n, table=TableDef.from_json(meta["table"]),
             files=tuple(DataFile.from_json(f) for f in files["files"]), prefix=prefix,
-            committed_at=float(meta.get("committed_at", 0.0)), counters=dict(meta.get("counters", {})),
+            committed_at=float(meta.get("committed_at", 0.0)),
             recent_batches=tuple(meta.get("recent_batches", ())),
         )
 
@@ -137,8 +135,7 @@ class TableStore:
         return [decode_name(n) for n in self.storage.list_children("") if not n.startswith((".", "_"))]
 
     def list_tables(self, schema: str) -> list[str]:
-        prefix = layout.table_prefix(schema, "x").rsplit("/", 1)[0]
-        return [decode_name(n) for n in self.storage.list_children(prefix) if not n.startswith(".")]
+        return [decode_name(n) for n in self.storage.list_children(layout.schema_prefix(schema)) if not n.startswith(".")]
 
     # ---- writing ---------------------------------------------------------------------------
 
@@ -234,13 +231,7 @@ class TableStore:
         if not files:  # an empty table is one zero-row data file (Redshift COPY needs a file)
             files = [write_data_file(s, directory, layout.data_file_name(None), empty_table(pending.table),
                                      pending.table, None)]
-        for f in pending.new_files:
-            if f.rows == 0 and f not in files:
-                s.delete(f"{directory}/{f.name}")
         committed_at = time.time()
-        counters = dict(base.counters) if base else {}
-        for k, v in pending.counters.items():
-            counters[k] = counters.get(k, 0) + v
         schema_doc = records.dumps(records.schema_json(pending.table))
         s.write_bytes(f"{directory}/{records.SCHEMA_JSON}", schema_doc)
         s.write_bytes(f"{directory}/{records.SCHEMA_LEGACY}", schema_doc)
@@ -249,7 +240,7 @@ class TableStore:
         recent = (*(base.recent_batches if base else ()), *((batch_id,) if batch_id else ()))[-RECENT_BATCHES:]
         s.write_bytes(f"{directory}/{records.TABLE_JSON}", records.dumps({
             "schema": schema, "table": pending.table.to_json(), "version": target,
-            "committed_at": committed_at, "counters": counters, "recent_batches": list(recent)}))
+            "committed_at": committed_at, "recent_batches": list(recent)}))
         s.write_bytes(f"{directory}/{records.MANIFEST}", records.dumps(
             records.manifest_json([(s.url(f"{directory}/{f.name}"), f.bytes) for f in files])))
         self._fault("before_commit_record")
@@ -259,7 +250,7 @@ class TableStore:
             raise CommitConflict(f"{prefix!r}: version {target} was committed by another writer during this write")
         self._fault("after_commit_record")
         return TableVersion(schema=schema, version=target, table=pending.table, files=tuple(files), prefix=prefix,
-                            committed_at=committed_at, counters=counters, recent_batches=recent)
+                            committed_at=committed_at, recent_batches=recent)
 
     def _finish(self, prefix: str, committed: TableVersion) -> None:
         s = self.storage
