@@ -1,7 +1,8 @@
 """Decoded batch files → one operations table (the merge jobs' input).
 
-Rows are numbered in request order: replace files, then update files, then
-delete files, each in list order and rows in file order (fivetran-protocol §10.1).
+Rows are numbered in request order: (history tables: earliest-start files first,)
+replace files, then update files, then delete files, each in list order and rows
+in file order (fivetran-protocol §10.1, §10.2).
 A column missing from a file, or holding the unmodified marker, is flagged
 unmodified: it keeps the stored value (NULL for a new row).
 """
@@ -17,12 +18,12 @@ import pyarrow as pa
 from destination.batch.reader import DecodedBatch, FileFormat, iter_batch_file
 from destination.conversion import Failure, changes_column, count_by_column
 from destination.errors import BadBatchFile
-from destination.table_model import TableDef
+from destination.table_model import START, TableDef
 from destination.type_mapping import arrow_type
 from spark_jobs.keys import buckets, key_tokens
-from spark_jobs.merge import BUCKET, CHANGES, DELETE, KEY, OP, REPLACE, SEQ, UNMOD, UPDATE, key_columns
+from spark_jobs.merge import BUCKET, CHANGES, DELETE, EARLIEST, KEY, OP, REPLACE, SEQ, UNMOD, UPDATE, key_columns
 
-KINDS = (("replace", REPLACE), ("update", UPDATE), ("delete", DELETE))
+KINDS = (("earliest", EARLIEST), ("replace", REPLACE), ("update", UPDATE), ("delete", DELETE))
 
 
 @dataclass
@@ -67,10 +68,12 @@ def build_operations(table_def: TableDef, files: dict[str, list[str]], keys: dic
     parts: list[pa.Table] = []
     failures: list[Failure] = []
     seq = 0
-    kcols = key_columns(table_def)
-    required = [c.name for c in kcols]
+    kcols = key_columns(table_def)  # history tables: the key without _fivetran_start
     count = 0
     for kind, op in KINDS:
+        required = [c.name for c in kcols]
+        if table_def.is_history and op != DELETE:
+            required.append(START)  # a version's start is its identity; a delete closes whatever is active
         for path in files.get(kind, []):
             count += 1
             digest.update(f"{kind}\x00{os.path.basename(path)}\x00".encode())

@@ -163,33 +163,43 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
             return sdk.TruncateResponse(success=True), "table does not exist: nothing to truncate"
         return sdk.TruncateResponse(success=True), f"{'soft' if deleted else 'hard'}: {outcome.counts} version {outcome.version}"
 
-    @_rpc("WriteBatch", sdk.WriteBatchResponse, lambda r: (r.schema_name, r.table.name))
-    def WriteBatch(self, request: Any, backend: Backend, schema: str, table: str) -> tuple[Any, str]:
+    def _write(self, rpc: str, request: Any, backend: Backend, schema: str, table: str,
+               files: dict[str, list[str]]) -> tuple[Any, str]:
+        """WriteBatch and WriteHistoryBatch: same decoding and store; the merge follows the table's mode."""
         current = backend.store.load(schema, table)
         if current is None:
             raise UserActionRequired("the table does not exist; CreateTable must come first")
+        history = rpc == "WriteHistoryBatch"
+        if current.table.is_history != history:
+            mode = "history mode" if current.table.is_history else "not in history mode"
+            raise UserActionRequired(f"the table is {mode} but {rpc} was called; migrate the table's sync mode "
+                                     "(Migrate table_sync_mode_migration) or re-create it in the right mode")
         requested = table_from_proto(request.table)
         current = backend.writer.ensure_columns(schema, current, list(requested.columns))
-        files = {"replace": list(request.replace_files), "update": list(request.update_files),
-                 "delete": list(request.delete_files)}
         kind = self.options.batch_file_format
         if any(".parquet" in os.path.basename(p) for paths in files.values() for p in paths):
             kind = "parquet"
         ops = build_operations(current.table, files, dict(request.keys), file_format(request.file_params, kind))
         if ops.failures_by_column:
-            logs.warning(f"[WriteBatch] {schema}.{table}: values that did not convert to their column type were stored "
+            logs.warning(f"[{rpc}] {schema}.{table}: values that did not convert to their column type were stored "
                          f"as NULL (BINARY: raw bytes) and recorded in _destination_meta: {ops.failures_by_column}")
         try:
-            outcome = backend.writer.write_batch(schema, table, ops)
+            outcome = backend.writer.write_batch(schema, table, ops, rpc)
         except AlreadyApplied as done:
             return sdk.WriteBatchResponse(success=True), f"{ops.rows} rows already applied in version {done.version} (retried request)"
         return sdk.WriteBatchResponse(success=True), f"{ops.rows} rows from {ops.files} files: {outcome.counts}, version {outcome.version}"
 
+    @_rpc("WriteBatch", sdk.WriteBatchResponse, lambda r: (r.schema_name, r.table.name))
+    def WriteBatch(self, request: Any, backend: Backend, schema: str, table: str) -> tuple[Any, str]:
+        return self._write("WriteBatch", request, backend, schema, table, {
+            "replace": list(request.replace_files), "update": list(request.update_files),
+            "delete": list(request.delete_files)})
+
     @_rpc("WriteHistoryBatch", sdk.WriteBatchResponse, lambda r: (r.schema_name, r.table.name))
     def WriteHistoryBatch(self, request: Any, backend: Backend, schema: str, table: str) -> tuple[Any, str]:
-        return (sdk.WriteBatchResponse(task=common.Task(
-            message=f"WriteHistoryBatch {schema}.{table}: history mode is not available in this version of the "
-                    "destination yet; switch the connector to soft-delete mode")), "history mode not available yet")
+        return self._write("WriteHistoryBatch", request, backend, schema, table, {
+            "earliest": list(request.earliest_start_files), "replace": list(request.replace_files),
+            "update": list(request.update_files), "delete": list(request.delete_files)})
 
     @_rpc("Migrate", sdk.MigrateResponse, lambda r: (r.details.schema, r.details.table))
     def Migrate(self, request: Any, backend: Backend, schema: str, table: str) -> tuple[Any, str]:

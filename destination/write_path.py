@@ -56,18 +56,26 @@ class WritePath:
                 counts[k] = counts.get(k, 0) + v
         return new_files, replaced, counts
 
+    def transform(self, schema: str, name: str, new: TableDef, operation: str, task: TaskFn,
+                  units: Callable[[TableVersion], list[dict[str, Any]]],
+                  source: TableVersion | None = None) -> TableVersion | None:
+        """Commit a version of `name` under the definition `new` whose data files are all produced by `task`
+        over `units(origin)`: origin is the table's latest version, or `source` (another table, for copies)."""
+        def produce(base: TableVersion | None, target: str) -> PendingVersion:
+            origin = source or base
+            if origin is None:
+                raise TableNotFound(f"table {schema}.{name} does not exist")
+            new_files, _replaced, counts = self._run(task, origin, target, new, units(origin),
+                                                     f"{operation} {schema}.{name}")
+            return PendingVersion(new, new_files, [], {"kind": operation, "counts": counts})
+        return self.store.write(schema, name, produce)
+
     def rewrite_all(self, schema: str, new: TableDef, operation: str, sources: dict[str, str] | None = None,
                     constants: dict[str, str | None] | None = None) -> TableVersion | None:
         """Rewrite every data file under the definition `new` (see spark_jobs.alter.convert_table)."""
-        def produce(base: TableVersion | None, target: str) -> PendingVersion:
-            if base is None:
-                raise TableNotFound(f"table {schema}.{new.name} does not exist")
-            units = [{"file": f.to_json(), "old_table": base.table.to_json(), "sources": sources,
-                      "constants": constants} for f in base.files if f.rows]
-            new_files, _replaced, counts = self._run(rewrite_file_task, base, target, new, units,
-                                                     f"{operation} {schema}.{new.name}")
-            return PendingVersion(new, new_files, [], {"kind": operation})
-        return self.store.write(schema, new.name, produce)
+        return self.transform(schema, new.name, new, operation, rewrite_file_task, lambda base: [
+            {"file": f.to_json(), "old_table": base.table.to_json(), "sources": sources, "constants": constants}
+            for f in base.files if f.rows])
 
     # ---- CreateTable / AlterTable ----------------------------------------------------------
 
@@ -128,21 +136,23 @@ class WritePath:
 
     # ---- WriteBatch -----------------------------------------------------------------------
 
-    def write_batch(self, schema: str, table_name: str, ops: Operations) -> Outcome:
+    def write_batch(self, schema: str, table_name: str, ops: Operations, rpc: str = "WriteBatch") -> Outcome:
+        """Merge one request's operations (plain or history, by the table's mode: spark_jobs.tasks)."""
         stats: dict[str, int] = {}
 
         def produce(base: TableVersion | None, target: str) -> PendingVersion | None:
             if base is None:
-                raise TableNotFound(f"WriteBatch: table {schema}.{table_name} does not exist; CreateTable must come first")
+                raise TableNotFound(f"{rpc}: table {schema}.{table_name} does not exist; CreateTable must come first")
             if ops.rows == 0:
                 return None
             units = bucket_units(ops.table, base)
             new_files, replaced, counts = self._run(merge_bucket_task, base, target, base.table, units,
-                                                    f"write_batch {schema}.{table_name}")
+                                                    f"{rpc} {schema}.{table_name}")
             carried = [f for f in base.files if f.name not in replaced]
             stats.clear()
             stats.update(counts)
-            return PendingVersion(base.table, new_files, carried, {"kind": "write_batch", "counts": counts})
+            kind = "write_history_batch" if rpc == "WriteHistoryBatch" else "write_batch"
+            return PendingVersion(base.table, new_files, carried, {"kind": kind, "counts": counts})
         committed = self.store.write(schema, table_name, produce, batch_id=ops.batch_id)
         return Outcome(committed.version if committed else None, stats)
 

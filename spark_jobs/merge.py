@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from destination.table_model import DESTINATION_META, ColumnDef, TableDef
+from destination.table_model import DESTINATION_META, START, ColumnDef, TableDef
 from destination.type_mapping import arrow_schema
 from spark_jobs.keys import key_tokens
 
@@ -25,7 +25,7 @@ KEY = "\x00key"
 BUCKET = "\x00bucket"
 CHANGES = "\x00changes"
 UNMOD = "\x00unmod:"
-REPLACE, UPDATE, DELETE = 0, 1, 2
+REPLACE, UPDATE, DELETE, EARLIEST = 0, 1, 2, 3  # EARLIEST: a history table's earliest-start row
 
 
 @dataclass
@@ -53,7 +53,9 @@ class MergeResult:
 
 
 def key_columns(table_def: TableDef) -> list[ColumnDef]:
-    names = table_def.key_columns
+    """The columns that identify a row; for a history table, the entity: its key without `_fivetran_start`,
+    so that every version of a row lands in one bucket and matches its earliest-start and delete rows."""
+    names = [n for n in table_def.key_columns if not (table_def.is_history and n == START)]
     return [c for c in table_def.columns if c.name in names]
 
 
@@ -75,7 +77,8 @@ def occurrence(keys: pa.Array, seq: pa.Array) -> np.ndarray:
     return out
 
 
-def _meta(version: int, changes: pa.Array) -> pa.Array:
+def meta_column(version: int, changes: pa.Array) -> pa.Array:
+    """`_destination_meta` of rows written by `version`, with each row's captured conversion failures."""
     plain = json.dumps({"version": version, "changes": []})
     if changes.null_count == len(changes):
         return pa.array([plain] * len(changes), pa.string())
@@ -107,7 +110,7 @@ def _apply_round(state: pa.Table, state_keys: pa.Array, ops: pa.Table, table_def
     arrays = []
     for f in schema:
         if f.name == DESTINATION_META:
-            arrays.append(_meta(version, new_ops.column(CHANGES).combine_chunks()))
+            arrays.append(meta_column(version, new_ops.column(CHANGES).combine_chunks()))
             continue
         # operations carry every column and its unmodified flag (ops_builder): a flagged value keeps the stored one
         incoming = new_ops.column(f.name).combine_chunks()

@@ -15,11 +15,14 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from destination.storage.base import StorageSpec, open_storage
+from destination.conversion import convert_column
 from destination.table_model import TableDef
 from destination.table_store.datafiles import DataFile, align, read_data_file, write_data_file
 from destination.table_store.layout import data_file_name
 from spark_jobs.alter import convert_table
 from spark_jobs.keys import key_tokens
+from spark_jobs.history import merge_history_bucket
+from spark_jobs.history_migrations import latest_versions, to_history, version_at
 from spark_jobs.merge import KEY, key_columns, merge_bucket
 
 MAX_FILES_PER_BUCKET = 8  # compaction policy: a touched bucket with more files is rewritten as one
@@ -76,7 +79,8 @@ def merge_bucket_task(ctx: JobContext, unit: dict[str, Any]) -> dict[str, Any]:
         rewrite.append(f)
         stored_parts.append(align(read_data_file(storage, ctx.base_dir or "", f.name), table_def))
     stored = pa.concat_tables(stored_parts) if stored_parts else align(pa.table({}), table_def)
-    result = merge_bucket(stored, ops, table_def, ctx.version)
+    merge = merge_history_bucket if table_def.is_history else merge_bucket
+    result = merge(stored, ops, table_def, ctx.version)
     out = TaskResult(replaced=[f.name for f in rewrite], counts=result.counts.as_dict())
     if result.table.num_rows:
         written = write_data_file(storage, ctx.target_dir, data_file_name(unit["bucket"]), result.table, table_def,
@@ -134,3 +138,59 @@ def rewrite_file_task(ctx: JobContext, unit: dict[str, Any]) -> dict[str, Any]:
                                              f.bucket).to_json())
     return out.__dict__
 
+
+
+def history_rewrite_task(ctx: JobContext, unit: dict[str, Any]) -> dict[str, Any]:
+    """unit: {file, old_table, step}. Convert a stored file to the new definition, then apply a row-local
+    history migration step (spark_jobs.history_migrations):
+    {"kind": "version_at", column, value (text or None), ts_us, only_with_value} or
+    {"kind": "to_history", deleted_column (or None), start_us}."""
+    storage = open_storage(ctx.storage)
+    f = DataFile.from_json(unit["file"])
+    old_def = TableDef.from_json(unit["old_table"])
+    new_def = ctx.table_def
+    old = align(read_data_file(storage, ctx.base_dir or "", f.name), old_def)
+    table, failures = convert_table(old, old_def, new_def, ctx.version)
+    step = unit["step"]
+    counts = {"converted_failures": failures}
+    if step["kind"] == "version_at":
+        column = new_def.column(step["column"])
+        assert column is not None
+        value, value_failures = convert_column(pa.array([step["value"]], pa.string()), column)
+        table, opened = version_at(table, column.name, value, value_failures[0] if value_failures else None,
+                                   step["ts_us"], ctx.version, step["only_with_value"])
+        counts["versions_opened"] = opened
+    else:
+        deleted_column = step["deleted_column"]
+        if deleted_column and deleted_column in old.column_names:
+            deleted = pc.fill_null(old.column(deleted_column), False).to_numpy(zero_copy_only=False)
+        else:
+            deleted = np.zeros(old.num_rows, dtype=bool)
+        table = to_history(table, deleted, step["start_us"])
+    out = TaskResult(replaced=[f.name], counts=counts)
+    if table.num_rows:
+        out.new_files.append(write_data_file(storage, ctx.target_dir, data_file_name(f.bucket), table, new_def,
+                                             f.bucket).to_json())
+    return out.__dict__
+
+
+def latest_versions_task(ctx: JobContext, unit: dict[str, Any]) -> dict[str, Any]:
+    """unit: {bucket, files, old_table, deleted_column, keep_deleted_rows}. HISTORY_TO_SOFT_DELETE for one
+    bucket: the latest version of every key, deleted = not active (dropped unless deleted rows are kept)."""
+    storage = open_storage(ctx.storage)
+    old_def = TableDef.from_json(unit["old_table"])
+    files = [DataFile.from_json(f) for f in unit["files"]]
+    parts = [align(read_data_file(storage, ctx.base_dir or "", f.name), old_def) for f in files]
+    versions = pa.concat_tables(parts) if parts else align(pa.table({}), old_def)
+    latest, deleted = latest_versions(versions, old_def)
+    table, failures = convert_table(latest, old_def, ctx.table_def, ctx.version)
+    name = unit["deleted_column"]
+    table = table.set_column(table.column_names.index(name), name, pa.array(deleted))
+    if not unit["keep_deleted_rows"]:
+        table = table.filter(pa.array(~deleted))
+    out = TaskResult(replaced=[f.name for f in files],
+                     counts={"versions_dropped": versions.num_rows - latest.num_rows, "deleted": int(deleted.sum())})
+    if table.num_rows:
+        out.new_files.append(write_data_file(storage, ctx.target_dir, data_file_name(unit["bucket"]), table,
+                                             ctx.table_def, unit["bucket"]).to_json())
+    return out.__dict__

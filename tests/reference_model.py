@@ -1,8 +1,10 @@
 """An independent, deliberately simple model of what a destination must hold after a tester input file
-(fivetran-protocol §1.2, §5, §10), used as the oracle of the conformance tests. Plain tables only.
+(fivetran-protocol §1.2, §5, §10), used as the oracle of the conformance tests.
 
 It follows the harness's grouping: rows per table and kind between truncates, applied replace → update → delete,
 each in input order; a truncate (all earlier rows are before its cutoff) empties or soft-deletes the table.
+History tables hold versions keyed by (key, start) and follow the upstream document's steps literally, one
+statement at a time: earliest start, versions in start order (an update copies the latest version), deletes.
 Values are compared after canonicalising both sides per column type (see `canon`)."""
 from __future__ import annotations
 
@@ -13,9 +15,12 @@ import decimal
 import struct
 from typing import Any
 
-from destination.tester.values import text_of
+from destination.tester.values import parse_instant, text_of
 
 ORDER = "\x00order"
+START, END, ACTIVE, DELETED = "_fivetran_start", "_fivetran_end", "_fivetran_active", "_fivetran_deleted"
+TMAX = dt.datetime(9999, 12, 31, 23, 59, 59, 999000)
+ONE_MS = dt.timedelta(milliseconds=1)
 
 
 class ModelTable:
@@ -23,13 +28,20 @@ class ModelTable:
         self.types: dict[str, Any] = dict(spec["columns"])
         self.pk: list[str] = list(spec.get("primary_key", [])) or ["_fivetran_id"]
         self.history = bool(spec.get("history_mode"))
-        self.rows: dict[tuple, dict[str, Any]] = {}
+        self.soft_deleted = False  # a history table gets _fivetran_deleted with its first soft delete
+        self.rows: dict[tuple, dict[str, Any]] = {}  # history tables: by key + (start,)
 
     def key(self, row: dict[str, Any]) -> tuple:
         return tuple(canon(row.get(k), self.type_of(k)) for k in self.pk)
 
     def type_of(self, name: str) -> Any:
         return self.types.get(name, "STRING")
+
+    def version_key(self, row: dict[str, Any]) -> tuple:
+        return (*self.key(row), canon(row[START], "UTC_DATETIME"))
+
+    def versions(self, key: tuple) -> list[dict[str, Any]]:
+        return sorted((r for r in self.rows.values() if self.key(r) == key), key=lambda r: canon(r[START], "UTC_DATETIME"))
 
     def alter(self, spec: dict[str, Any]) -> None:
         for name, t in spec["columns"].items():
@@ -64,7 +76,7 @@ class Model:
                         t.rows.clear()
                     else:
                         for r in t.rows.values():
-                            r["_fivetran_deleted"] = True
+                            r[DELETED] = True
                 continue
             for name, rows in body.items():
                 for row in rows:  # remember the input order across update and soft_delete ops
@@ -76,6 +88,7 @@ class Model:
         for name, kinds in pending.items():
             t = self.tables[name]
             if t.history:
+                flush_history(t, kinds)
                 continue
             for row in kinds.get("upsert", []):
                 full: dict[str, Any] = {c: row.get(c) for c in t.types}
@@ -95,6 +108,51 @@ class Model:
                 t.rows.pop(t.key(row), None)
 
 
+def flush_history(t: ModelTable, kinds: dict[str, list[dict[str, Any]]]) -> None:
+    """One WriteHistoryBatch, as the upstream how-to-handle-history-mode-batch-files document describes it."""
+    if "soft_delete" in kinds:
+        t.soft_deleted = True
+    requested: dict[tuple, list[tuple[str, dict[str, Any]]]] = {}
+    for kind in ("upsert", "update", "soft_delete"):
+        for row in kinds.get(kind, []):
+            requested.setdefault(t.key(row), []).append((kind, {**row, START: instant_of(row["op_time"])}))
+    for key, rows in requested.items():
+        rows.sort(key=lambda pair: pair[1][START])
+        earliest = rows[0][1][START]
+        for r in t.versions(key):  # remove later versions, close the one still open at the earliest start
+            if r[START] >= earliest:
+                del t.rows[t.version_key(r)]
+            elif r[ACTIVE] or r[END] >= earliest:  # the document's example table closes both kinds
+                r[ACTIVE], r[END] = False, earliest - ONE_MS
+        for i, (kind, row) in enumerate(rows):
+            last = i == len(rows) - 1
+            if kind == "upsert":
+                version = {c: row.get(c) for c in t.types}
+                version[DELETED] = False if t.soft_deleted else None
+            else:
+                existing = t.versions(key)
+                if not existing:
+                    continue  # an update of a key without any version inserts nothing
+                version = {c: v for c, v in existing[-1].items() if c not in (START, END, ACTIVE)}
+                version.update({c: v for c, v in row.items() if c in t.types})
+                if t.soft_deleted:
+                    version[DELETED] = kind == "soft_delete"
+            for c in t.pk:
+                version[c] = row.get(c)
+            version[START] = row[START]
+            version[END] = TMAX if last else rows[i + 1][1][START] - ONE_MS
+            version[ACTIVE] = last
+            t.rows[t.version_key(version)] = version
+    for row in kinds.get("delete", []):
+        for r in t.versions(t.key(row)):
+            if r[ACTIVE]:
+                r[ACTIVE], r[END] = False, instant_of(row["op_time"])
+
+
+def instant_of(text: str) -> dt.datetime:
+    return parse_instant(text).replace(tzinfo=None)
+
+
 def canon(value: Any, ftype: Any) -> Any:
     """A comparable form of a value, from either the input JSON or the stored Arrow value."""
     if value is None:
@@ -109,7 +167,8 @@ def canon(value: Any, ftype: Any) -> Any:
     if t == "DECIMAL":
         scale = ftype.get("scale", 10) if isinstance(ftype, dict) else 10
         text = text_of(value) if isinstance(value, float) else str(value)
-        return decimal.Decimal(text).quantize(decimal.Decimal(1).scaleb(-scale), rounding=decimal.ROUND_HALF_EVEN)
+        with decimal.localcontext(decimal.Context(prec=80)):
+            return decimal.Decimal(text).quantize(decimal.Decimal(1).scaleb(-scale), rounding=decimal.ROUND_HALF_EVEN)
     if t == "BOOLEAN":
         return value if isinstance(value, bool) else str(value).lower() == "true"
     if isinstance(value, str) and t in ("NAIVE_DATE", "UTC_DATETIME", "NAIVE_DATETIME") and value.startswith("0000-"):
@@ -139,3 +198,32 @@ def canon(value: Any, ftype: Any) -> Any:
     if isinstance(value, bytes):
         return value.decode()
     return str(value) if not isinstance(value, (int, float, bool)) else text_of(value)
+
+
+def history_violations(rows: list[dict[str, Any]], key: list[str]) -> list[str]:
+    """Broken history invariants among stored rows: per key at most one active version, versions that do not
+    overlap, an active version ending at TMAX, an inactive one ending before the next start (or at its delete)."""
+    problems = []
+    by_key: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_key.setdefault(tuple(repr(r.get(k)) for k in key), []).append(r)
+    for k, versions in by_key.items():
+        versions.sort(key=lambda r: canon(r[START], "UTC_DATETIME"))
+        starts = [canon(r[START], "UTC_DATETIME") for r in versions]
+        ends = [canon(r[END], "UTC_DATETIME") for r in versions]
+        if len(set(starts)) != len(starts):
+            problems.append(f"{k}: two versions with one start")
+        if sum(bool(r[ACTIVE]) for r in versions) > 1:
+            problems.append(f"{k}: more than one active version")
+        for i, r in enumerate(versions):
+            if ends[i] is None or starts[i] is None or ends[i] < starts[i]:
+                problems.append(f"{k}: version {starts[i]} ends at {ends[i]}, before it starts")
+            if r[ACTIVE] and ends[i] != TMAX:
+                problems.append(f"{k}: active version {starts[i]} ends at {ends[i]}, not TMAX")
+            if r[ACTIVE] and i != len(versions) - 1:
+                problems.append(f"{k}: active version {starts[i]} is not the latest")
+            if i + 1 < len(versions) and ends[i] is not None and ends[i] > starts[i + 1] - ONE_MS:
+                problems.append(f"{k}: version {starts[i]} ends at {ends[i]}, after the next start {starts[i + 1]} - 1 ms")
+            if not r[ACTIVE] and ends[i] == TMAX:
+                problems.append(f"{k}: inactive version {starts[i]} ends at TMAX")
+    return problems

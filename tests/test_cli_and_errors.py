@@ -38,10 +38,12 @@ def test_tester_tables_and_show_commands(grpc_server, configuration, tmp_path: P
                         capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "OK   WriteBatch" in ok.stdout and "summary:" in ok.stdout and " 0 failed" in ok.stdout
-    failing = subprocess.run([str(BIN), "tester", "--input", str(INPUTS / "clickhouse" / "input_history_mode.json"),
+    missing = tmp_path / "missing_table.json"  # writes to a table the destination never saw: a Task, exit 1
+    missing.write_text(json.dumps({"alter_table": {"nowhere": {"columns": {"id": "INT"}, "primary_key": ["id"]}}}))
+    failing = subprocess.run([str(BIN), "tester", "--input", str(missing),
                               "--address", grpc_server, "--configuration", str(conf), "--schema-name", "cli2"],
                              capture_output=True, text=True, timeout=300)
-    assert failing.returncode != 0 and "FAIL WriteHistoryBatch" in failing.stdout
+    assert failing.returncode == 1 and "FAIL AlterTable nowhere" in failing.stdout, failing.stdout
     listed = subprocess.run([str(BIN), "tables", "--root", configuration["root"]], capture_output=True, text=True)
     assert listed.returncode == 0 and "cli" in listed.stdout and "update_and_delete" in listed.stdout
     shown = subprocess.run([str(BIN), "show", "cli.update_and_delete", "--root", configuration["root"]],

@@ -1,6 +1,6 @@
-"""Every plain-table tester input, driven through the server by the harness, on both backends and in CSV and
-Parquet batch-file modes, ends in the state the protocol implies (row by row, against the reference model), and
-every committed version passes the records-directory validator."""
+"""Every tester input (plain and history tables), driven through the server by the harness, on both backends and in
+CSV and Parquet batch-file modes, ends in the state the protocol implies (row by row, against the reference model),
+history tables keep their invariants, and every committed version passes the records-directory validator."""
 from __future__ import annotations
 
 import json
@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from destination.tester.harness import Harness
-from tests.reference_model import Model, canon
+from tests.reference_model import ACTIVE, DELETED, END, START, Model, ModelTable, canon, history_violations
 from tests.rpc_helpers import rows_of
 
 INPUTS = Path(__file__).resolve().parent.parent.parent / "shared" / "tester-inputs"
-PLAIN_FILES = sorted(p for p in (INPUTS / "clickhouse").glob("input_*.json") if p.name != "input_history_mode.json")
+CLICKHOUSE_FILES = sorted((INPUTS / "clickhouse").glob("input_*.json"))
 SDK_FILES = [INPUTS / "fivetran_partner_sdk" / "input.json",
              *sorted((INPUTS / "fivetran_partner_sdk" / "operations_on_nonexistent_records").glob("*.json"))]
 
@@ -25,11 +25,16 @@ def run_harness(address: str, configuration: dict[str, str], path: Path, tmp_pat
     return harness
 
 
-def check_against_model(configuration: dict[str, str], data: dict[str, Any]) -> None:
+def model_of(path: Path) -> Model:
     model = Model()
-    model.run(data)
+    model.run(json.loads(path.read_text()))
+    return model
+
+
+def check_against_model(configuration: dict[str, str], model: Model) -> None:
     for name, table in model.tables.items():
         if table.history:
+            check_history_table(configuration, name, table)
             continue
         stored = rows_of(configuration, "tester", name)
         got = {table.key(r): r for r in stored}
@@ -41,19 +46,32 @@ def check_against_model(configuration: dict[str, str], data: dict[str, Any]) -> 
                     f"{name} {key} column {column}: stored {got[key].get(column)!r}, expected {expected.get(column)!r}"
 
 
+def check_history_table(configuration: dict[str, str], name: str, table: ModelTable) -> None:
+    stored = rows_of(configuration, "tester", name)
+    assert history_violations(stored, table.pk) == []
+    got = {table.version_key(r): r for r in stored}
+    assert len(got) == len(stored), f"{name}: two versions with one key and start"
+    assert set(got) == set(table.rows), f"{name}: versions differ: stored {sorted(got)} expected {sorted(table.rows)}"
+    columns = [*table.types.items(), (START, "UTC_DATETIME"), (END, "UTC_DATETIME"), (ACTIVE, "BOOLEAN"),
+               (DELETED, "BOOLEAN")]
+    for key, expected in table.rows.items():
+        for column, ftype in columns:
+            assert canon(got[key].get(column), ftype) == canon(expected.get(column), ftype), \
+                f"{name} {key} column {column}: stored {got[key].get(column)!r}, expected {expected.get(column)!r}"
+
+
 @pytest.mark.parametrize("batch_type", ["csv", "parquet"])
-@pytest.mark.parametrize("path", PLAIN_FILES, ids=lambda p: p.stem)
-def test_plain_inputs(grpc_server, configuration, tmp_path, path: Path, batch_type: str) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("path", CLICKHOUSE_FILES, ids=lambda p: p.stem)
+def test_clickhouse_inputs(grpc_server, configuration, tmp_path, path: Path, batch_type: str) -> None:  # type: ignore[no-untyped-def]
     harness = run_harness(grpc_server, configuration, path, tmp_path, batch_type)
     assert harness.failures == 0
-    check_against_model(configuration, json.loads(path.read_text()))
+    check_against_model(configuration, model_of(path))
 
 
 @pytest.mark.parametrize("path", SDK_FILES, ids=lambda p: p.stem)
-def test_sdk_inputs_plain_tables(grpc_server, configuration, tmp_path, path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    """The SDK's files mix plain and history tables: the plain ones must end right (history mode is its own issue)."""
-    run_harness(grpc_server, configuration, path, tmp_path, "csv")
+def test_sdk_inputs(grpc_server, configuration, tmp_path, path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """The SDK's files mix plain and history tables; every call succeeds and every table ends right."""
+    harness = run_harness(grpc_server, configuration, path, tmp_path, "csv")
     out = capsys.readouterr().out
-    failed = [line for line in out.splitlines() if line.startswith("FAIL") and "WriteHistoryBatch" not in line]
-    assert failed == []
-    check_against_model(configuration, json.loads(path.read_text()))
+    assert harness.failures == 0, [line for line in out.splitlines() if line.startswith("FAIL")]
+    check_against_model(configuration, model_of(path))

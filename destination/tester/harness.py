@@ -23,7 +23,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from destination.protocol import common, sdk, sdk_grpc
 from destination.table_model import ACTIVE, DELETED, END, FIVETRAN_ID, START, SYNCED
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING, csv_bytes, parquet_bytes, seal
-from destination.tester.values import TMAX, instant, parse_instant_ms, text_of
+from destination.tester.values import TMAX, instant, minus_one_ms, parse_instant, text_of
 
 MAX_MESSAGE = 128 * 1024 * 1024
 
@@ -295,10 +295,10 @@ class Harness:
             by_key.setdefault(tuple(row[k] for k in table.key_names), []).append(row)
         earliest = []
         for key, rows in by_key.items():
-            rows.sort(key=lambda r: parse_instant_ms(r[START] or ""))
+            rows.sort(key=lambda r: parse_instant(r[START] or ""))
             for i, row in enumerate(rows):
                 last = i == len(rows) - 1
-                row[END] = TMAX if last else instant(parse_instant_ms(rows[i + 1][START] or "") - 1)
+                row[END] = TMAX if last else minus_one_ms(rows[i + 1][START] or "")
                 row[ACTIVE] = "true" if last else "false"
             earliest.append({**{k: v for k, v in zip(table.key_names, key)}, START: rows[0][START]})
         deletes = []

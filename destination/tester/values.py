@@ -44,11 +44,20 @@ def instant(ms: int) -> str:
     return f"{base}Z" if t.microsecond == 0 else f"{base}.{t.microsecond // 1000:03d}Z"
 
 
-def parse_instant_ms(text: str) -> int:
-    value = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.timezone.utc)
-    return int(value.timestamp() * 1000)
+def parse_instant(text: str) -> dt.datetime:
+    """An ISO instant (0-9 fraction digits, `Z` or an offset, or none: UTC) at microsecond precision."""
+    text = text.strip().replace("Z", "+00:00")
+    if "." in text:
+        head, rest = text.split(".", 1)
+        digits = len(rest) - len(rest.lstrip("0123456789"))
+        text = f"{head}.{rest[:min(digits, 6)].ljust(6, '0')}{rest[digits:]}"
+    value = dt.datetime.fromisoformat(text)
+    return value.replace(tzinfo=dt.timezone.utc) if value.tzinfo is None else value.astimezone(dt.timezone.utc)
+
+
+def minus_one_ms(text: str) -> str:
+    """The instant 1 ms before `text`, keeping its microseconds (a version's end before the next start)."""
+    return (parse_instant(text) - dt.timedelta(milliseconds=1)).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 TMAX = "9999-12-31T23:59:59.999Z"
