@@ -1,16 +1,19 @@
-"""Migrate: schema-migration operations on plain tables (fivetran-protocol §5 "Migrate", §10.6).
+"""Migrate: every schema-migration operation (fivetran-protocol §5 "Migrate", §10.6), dispatched here;
+the table and column operations live here, the history-mode and sync-mode ones in history_migrations.py.
 
 Each operation commits one new version through the table store; a table copy or rename creates the
 target's first version from the source's files (server-side copies), and a retried operation ends in the
-same state. History-mode and sync-mode operations are not implemented yet: they answer `unsupported`.
+same state. The LIVE sync-mode migrations answer `unsupported` (Fivetran has not released live mode to
+partner destinations).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from destination import history_migrations as history
 from destination.errors import BadRequest, TableNotFound, UserActionRequired
-from destination.table_model import ColumnDef, TableDef
+from destination.table_model import DELETED, ColumnDef, TableDef
 from destination.table_store.layout import data_file_name
 from destination.table_store.store import PendingVersion, TableVersion
 from destination.type_mapping import normalize_column
@@ -28,9 +31,13 @@ class MigrationOutcome:
 def migrate(writer: WritePath, schema: str, table: str, details: Any, type_name: Any) -> MigrationOutcome:
     """details: a fivetran_sdk.v2 MigrationDetails; type_name maps a DataType enum number to its name."""
     op = details.WhichOneof("operation")
-    if op == "drop" and details.drop.WhichOneof("entity") == "drop_table":
-        writer.store.drop(schema, table)
-        return MigrationOutcome(True, "table dropped")
+    if op == "drop":
+        if details.drop.WhichOneof("entity") == "drop_table":
+            writer.store.drop(schema, table)
+            return MigrationOutcome(True, "table dropped")
+        d = details.drop.drop_column_in_history_mode
+        return MigrationOutcome(True, history.column_in_history_mode(writer, schema, table, d.column, None,
+                                                                     d.operation_timestamp))
     if op == "rename":
         which = details.rename.WhichOneof("entity")
         if which == "rename_table":
@@ -48,8 +55,15 @@ def migrate(writer: WritePath, schema: str, table: str, details: Any, type_name:
             c = details.copy.copy_column
             return _rewrite(writer, schema, table, lambda t: _with_copy(t, c.from_column, c.to_column),
                             sources={c.to_column: c.from_column}, what=f"column {c.from_column!r} copied to {c.to_column!r}")
-        return MigrationOutcome(False, f"copy operation {which} is not supported yet")
-    if op == "add" and details.add.WhichOneof("entity") == "add_column_with_default_value":
+        c = details.copy.copy_table_to_history_mode
+        return MigrationOutcome(True, history.copy_table_to_history_mode(
+            writer, schema, c.from_table or table, c.to_table, c.soft_deleted_column or DELETED))
+    if op == "add" and details.add.WhichOneof("entity") == "add_column_in_history_mode":
+        h = details.add.add_column_in_history_mode
+        column = ColumnDef(h.column, type_name(h.column_type))
+        return MigrationOutcome(True, history.column_in_history_mode(writer, schema, table, column,
+                                                                     _value(h.default_value), h.operation_timestamp))
+    if op == "add":
         a = details.add.add_column_with_default_value
         column = normalize_column(ColumnDef(a.column, type_name(a.column_type)))
         return _rewrite(writer, schema, table, lambda t: _with_column(t, column),
@@ -63,7 +77,22 @@ def migrate(writer: WritePath, schema: str, table: str, details: Any, type_name:
             return t
         return _rewrite(writer, schema, table, same, constants={u.column: _value(u.value)},
                         what=f"column {u.column!r} updated on every row")
-    return MigrationOutcome(False, f"operation {op} is not supported yet")
+    if op == "table_sync_mode_migration":
+        return _sync_mode(writer, schema, table, details.table_sync_mode_migration)
+    return MigrationOutcome(False, f"unknown migration operation {op!r}")
+
+
+def _sync_mode(writer: WritePath, schema: str, table: str, m: Any) -> MigrationOutcome:
+    kind = type(m).DESCRIPTOR.fields_by_name["type"].enum_type.values_by_number[m.type].name
+    deleted = m.soft_deleted_column or DELETED
+    if kind == "SOFT_DELETE_TO_HISTORY":
+        return MigrationOutcome(True, history.soft_delete_to_history(writer, schema, table, deleted))
+    if kind == "HISTORY_TO_SOFT_DELETE":
+        # fivetran-protocol §10.6: deleted keys are removed only when keep_deleted_rows is explicitly false
+        keep = not (m.HasField("keep_deleted_rows") and not m.keep_deleted_rows)
+        return MigrationOutcome(True, history.history_to_soft_delete(writer, schema, table, deleted, keep))
+    return MigrationOutcome(False, f"sync-mode migration {kind} is not supported: live mode is not available to "
+                                   "partner destinations")
 
 
 def _value(text: str) -> str | None:

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
-from destination.storage.base import StorageSpec, open_storage
+from destination.storage.base import Storage, StorageSpec, open_storage
 from destination.conversion import convert_column
 from destination.table_model import TableDef
 from destination.table_store.datafiles import DataFile, align, read_data_file, write_data_file
@@ -46,6 +46,16 @@ class TaskResult:
     new_files: list[dict[str, Any]] = field(default_factory=list)
     replaced: list[str] = field(default_factory=list)  # names of base files rewritten (not carried)
     counts: dict[str, int] = field(default_factory=dict)
+
+
+def _finish(storage: Storage, ctx: JobContext, table: pa.Table, table_def: TableDef, bucket: int | None,
+            replaced: list[str], counts: dict[str, int]) -> dict[str, Any]:
+    """A task's result: `table` written as one new data file of `bucket` (none when it is empty)."""
+    out = TaskResult(replaced=replaced, counts=counts)
+    if table.num_rows:
+        out.new_files.append(write_data_file(storage, ctx.target_dir, data_file_name(bucket), table, table_def,
+                                             bucket).to_json())
+    return out.__dict__
 
 
 def to_ipc(table: pa.Table) -> bytes:
@@ -81,12 +91,8 @@ def merge_bucket_task(ctx: JobContext, unit: dict[str, Any]) -> dict[str, Any]:
     stored = pa.concat_tables(stored_parts) if stored_parts else align(pa.table({}), table_def)
     merge = merge_history_bucket if table_def.is_history else merge_bucket
     result = merge(stored, ops, table_def, ctx.version)
-    out = TaskResult(replaced=[f.name for f in rewrite], counts=result.counts.as_dict())
-    if result.table.num_rows:
-        written = write_data_file(storage, ctx.target_dir, data_file_name(unit["bucket"]), result.table, table_def,
-                                  unit["bucket"])
-        out.new_files.append(written.to_json())
-    return out.__dict__
+    return _finish(storage, ctx, result.table, table_def, unit["bucket"], [f.name for f in rewrite],
+                   result.counts.as_dict())
 
 
 def before_cutoff_ms(synced: pa.Array, cutoff_us: int) -> pa.Array:
@@ -113,11 +119,7 @@ def truncate_file_task(ctx: JobContext, unit: dict[str, Any]) -> dict[str, Any]:
     else:
         table = table.filter(pc.invert(hit))
         counts = {"deleted": pc.sum(hit).as_py() or 0}
-    out = TaskResult(replaced=[f.name], counts=counts)
-    if table.num_rows:
-        out.new_files.append(write_data_file(storage, ctx.target_dir, data_file_name(f.bucket), table, table_def,
-                                             f.bucket).to_json())
-    return out.__dict__
+    return _finish(storage, ctx, table, table_def, f.bucket, [f.name], counts)
 
 
 def rewrite_file_task(ctx: JobContext, unit: dict[str, Any]) -> dict[str, Any]:
@@ -132,11 +134,7 @@ def rewrite_file_task(ctx: JobContext, unit: dict[str, Any]) -> dict[str, Any]:
     old_def = TableDef.from_json(unit["old_table"])
     old = align(read_data_file(storage, ctx.base_dir or "", f.name), old_def)
     table, failures = convert_table(old, old_def, ctx.table_def, ctx.version, unit.get("sources"), unit.get("constants"))
-    out = TaskResult(replaced=[f.name], counts={"converted_failures": failures})
-    if table.num_rows:
-        out.new_files.append(write_data_file(storage, ctx.target_dir, data_file_name(f.bucket), table, ctx.table_def,
-                                             f.bucket).to_json())
-    return out.__dict__
+    return _finish(storage, ctx, table, ctx.table_def, f.bucket, [f.name], {"converted_failures": failures})
 
 
 
@@ -167,11 +165,7 @@ def history_rewrite_task(ctx: JobContext, unit: dict[str, Any]) -> dict[str, Any
         else:
             deleted = np.zeros(old.num_rows, dtype=bool)
         table = to_history(table, deleted, step["start_us"])
-    out = TaskResult(replaced=[f.name], counts=counts)
-    if table.num_rows:
-        out.new_files.append(write_data_file(storage, ctx.target_dir, data_file_name(f.bucket), table, new_def,
-                                             f.bucket).to_json())
-    return out.__dict__
+    return _finish(storage, ctx, table, new_def, f.bucket, [f.name], counts)
 
 
 def latest_versions_task(ctx: JobContext, unit: dict[str, Any]) -> dict[str, Any]:
@@ -188,9 +182,6 @@ def latest_versions_task(ctx: JobContext, unit: dict[str, Any]) -> dict[str, Any
     table = table.set_column(table.column_names.index(name), name, pa.array(deleted))
     if not unit["keep_deleted_rows"]:
         table = table.filter(pa.array(~deleted))
-    out = TaskResult(replaced=[f.name for f in files],
-                     counts={"versions_dropped": versions.num_rows - latest.num_rows, "deleted": int(deleted.sum())})
-    if table.num_rows:
-        out.new_files.append(write_data_file(storage, ctx.target_dir, data_file_name(unit["bucket"]), table,
-                                             ctx.table_def, unit["bucket"]).to_json())
-    return out.__dict__
+    return _finish(storage, ctx, table, ctx.table_def, unit["bucket"], [f.name for f in files],
+                   {"versions_dropped": versions.num_rows - latest.num_rows, "deleted": int(deleted.sum()),
+                    "converted_failures": failures})

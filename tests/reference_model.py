@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import copy
 import datetime as dt
 import decimal
 import struct
@@ -20,7 +21,9 @@ from destination.tester.values import parse_instant, text_of
 ORDER = "\x00order"
 START, END, ACTIVE, DELETED = "_fivetran_start", "_fivetran_end", "_fivetran_active", "_fivetran_deleted"
 TMAX = dt.datetime(9999, 12, 31, 23, 59, 59, 999000)
+TMIN = dt.datetime(1, 1, 1)  # start and end of a soft-deleted row moved to history mode
 ONE_MS = dt.timedelta(milliseconds=1)
+LATEST_SYNCED = dt.datetime(1111, 11, 11)  # stands for the table's latest _fivetran_synced (not known here)
 
 
 class ModelTable:
@@ -83,6 +86,72 @@ class Model:
                     self.counter += 1
                     pending.setdefault(name, {}).setdefault(kind, []).append({**row, ORDER: self.counter})
         self.flush(pending)
+        for element in data.get("schema_migration") or []:
+            for op_name, specs in element.items():
+                for spec in specs:
+                    self.migrate(op_name, spec)
+
+    def migrate(self, op: str, spec: dict[str, Any]) -> None:
+        """One schema_migration op, as schema-migration-helper-service.md describes it."""
+        if op in ("copy_table", "rename_table", "copy_table_to_history_mode"):
+            source = self.tables[spec["from_table"]]
+            target = copy.deepcopy(source)
+            if op == "rename_table":
+                del self.tables[spec["from_table"]]
+            self.tables[spec["to_table"]] = target
+            if op == "copy_table_to_history_mode":
+                to_history(target, spec.get("deleted_column", DELETED))
+            return
+        t = self.tables[spec["table"]]
+        column = spec.get("column")
+        if op == "drop_table":
+            del self.tables[spec["table"]]
+        elif op in ("add_column", "change_column_data_type"):
+            t.types[column] = spec["data_type"]
+        elif op == "drop_column":
+            del t.types[column]
+            for r in t.rows.values():
+                r.pop(column, None)
+        elif op in ("copy_column", "rename_column"):
+            t.types[spec["to_column"]] = t.types[spec["from_column"]]
+            for r in t.rows.values():
+                r[spec["to_column"]] = r.get(spec["from_column"])
+            if op == "rename_column":
+                del t.types[spec["from_column"]]
+                for r in t.rows.values():
+                    r.pop(spec["from_column"], None)
+        elif op in ("update_column_value", "set_column_to_null", "add_column_with_default_value"):
+            value = spec.get("default_value", spec.get("value"))
+            if op == "add_column_with_default_value":
+                t.types.setdefault(column, spec["data_type"])
+            for r in t.rows.values():
+                r[column] = None if op == "set_column_to_null" or value == "NULL" else value
+        elif op in ("add_column_in_history_mode", "drop_column_in_history_mode"):
+            adding = op == "add_column_in_history_mode"
+            if adding:
+                t.types.setdefault(column, spec["data_type"])
+            ts = instant_of(spec["operation_timestamp"])
+            for r in list(t.rows.values()):
+                if r[ACTIVE] and r[START] < ts and (adding or r.get(column) is not None):
+                    t.rows[t.version_key({**r, START: ts})] = {**r, START: ts, END: TMAX, ACTIVE: True}
+                    r[ACTIVE], r[END] = False, ts - ONE_MS
+            for r in t.rows.values():
+                if r[START] >= ts:
+                    r[column] = spec["default_value"] if adding else None
+        elif op == "migrate_soft_delete_to_history":
+            to_history(t, spec.get("deleted_column", DELETED))
+        elif op == "migrate_history_to_soft_delete":
+            deleted = spec.get("deleted_column", DELETED)
+            latest: dict[tuple, dict[str, Any]] = {}
+            for r in t.rows.values():
+                k = t.key(r)
+                if k not in latest or r[START] > latest[k][START]:
+                    latest[k] = r
+            t.history = False
+            t.rows = {k: {**{c: v for c, v in r.items() if c not in (START, END, ACTIVE)}, deleted: not r[ACTIVE]}
+                      for k, r in latest.items()}
+        else:
+            raise AssertionError(f"the model has no migration {op!r}")
 
     def flush(self, pending: dict[str, dict[str, list[dict[str, Any]]]]) -> None:
         for name, kinds in pending.items():
@@ -147,6 +216,19 @@ def flush_history(t: ModelTable, kinds: dict[str, list[dict[str, Any]]]) -> None
         for r in t.versions(t.key(row)):
             if r[ACTIVE]:
                 r[ACTIVE], r[END] = False, instant_of(row["op_time"])
+
+
+def to_history(t: ModelTable, deleted: str) -> None:
+    """SOFT_DELETE_TO_HISTORY: live rows start at the latest synced stamp, deleted ones at TMIN, inactive."""
+    t.history = True
+    t.soft_deleted = False
+    t.types.pop(deleted, None)
+    rows = list(t.rows.values())
+    t.rows = {}
+    for r in rows:
+        gone = bool(r.pop(deleted, False))
+        r[START], r[END], r[ACTIVE] = (TMIN, TMIN, False) if gone else (LATEST_SYNCED, TMAX, True)
+        t.rows[t.version_key(r)] = r
 
 
 def instant_of(text: str) -> dt.datetime:

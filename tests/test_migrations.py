@@ -1,4 +1,5 @@
-"""Migrate on plain tables: each operation with data, on an empty table, retried, and with an invalid default."""
+"""Migrate's table and column operations: each with data, on an empty table, retried, and with an invalid default
+(history-mode and sync-mode operations: test_history_migrations.py)."""
 from __future__ import annotations
 
 import datetime as dt
@@ -105,8 +106,6 @@ def test_invalid_default_is_captured_not_fatal(stub, configuration, source) -> N
     assert "when" in [c.name for c in describe(stub, configuration, "mig", "m").table.columns]
 
 
-def test_missing_table_is_a_task_and_history_ops_are_unsupported(stub, configuration) -> None:  # type: ignore[no-untyped-def]
+def test_missing_table_is_a_task(stub, configuration) -> None:  # type: ignore[no-untyped-def]
     answer = migrate(stub, configuration, "ghost", update_column_value__column="n", update_column_value__value="1")
     assert answer.WhichOneof("response") == "task" and "does not exist" in answer.task.message
-    answer = migrate(stub, configuration, "ghost", table_sync_mode_migration__type=1)
-    assert answer.WhichOneof("response") == "unsupported"

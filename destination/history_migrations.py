@@ -1,0 +1,150 @@
+"""Migrate, history side: columns added or dropped in history mode, and the sync-mode migrations
+(schema-migration-helper-service.md; fivetran-protocol §5 "Migrate", §10.6).
+
+Each commits one new version as one Spark job (row transforms in spark_jobs/history_migrations.py), and
+each is safe to retry: a mode migration that finds the table already in the target mode is done; a
+column step records history once per operation timestamp; a copy replaces a target left by an earlier try.
+The entity key (the key without `_fivetran_start`) is the same in both modes, so rows keep their buckets.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from destination.conversion import convert_column
+from destination.errors import BadRequest, TableNotFound, UserActionRequired
+from destination.table_model import ACTIVE, END, START, SYNCED, ColumnDef, TableDef
+from destination.table_store.datafiles import DataFile
+from destination.table_store.store import TableVersion
+from destination.type_mapping import normalize_column
+from destination.write_path import WritePath
+from spark_jobs.tasks import history_rewrite_task, latest_versions_task
+
+HISTORY_COLUMNS = (START, END, ACTIVE)
+
+
+def _load(writer: WritePath, schema: str, table: str) -> TableVersion:
+    current = writer.store.load(schema, table)
+    if current is None:
+        raise TableNotFound(f"table {schema}.{table} does not exist")
+    return current
+
+
+def _history_table(writer: WritePath, schema: str, table: str, operation: str) -> TableVersion:
+    current = _load(writer, schema, table)
+    if not current.table.is_history:
+        raise UserActionRequired(f"{operation} needs a history-mode table, and {schema}.{table} is not one; "
+                                 "migrate it to history mode first")
+    return current
+
+
+def instant_us(text: str, what: str) -> int:
+    """An operation timestamp (ISO instant text) as epoch microseconds, by the write path's own parser."""
+    typed, failures = convert_column(pa.array([text], pa.string()), ColumnDef(what, "UTC_DATETIME"))
+    if failures or typed[0].as_py() is None:
+        raise BadRequest(f"{what} {text!r} is not an ISO-8601 instant")
+    return int(typed.cast(pa.int64())[0].as_py())
+
+
+def _file_units(base: TableVersion, step: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"file": f.to_json(), "old_table": base.table.to_json(), "step": step} for f in base.files if f.rows]
+
+
+def column_in_history_mode(writer: WritePath, schema: str, table: str, column: ColumnDef | str,
+                           value: str | None, timestamp: str) -> str:
+    """ADD_COLUMN_IN_HISTORY_MODE (a ColumnDef and its default) or DROP_COLUMN_IN_HISTORY_MODE (a column
+    name, value None): the change becomes a new version of every active row, starting at the timestamp."""
+    adding = isinstance(column, ColumnDef)
+    operation = "add_column_in_history_mode" if adding else "drop_column_in_history_mode"
+    current = _history_table(writer, schema, table, operation)
+    ts_us = instant_us(timestamp, "operation_timestamp")
+    new = current.table
+    if isinstance(column, ColumnDef):
+        column = normalize_column(column)
+        if new.column(column.name) is None:  # added even to an empty table
+            new = new.with_columns([*new.columns, column])
+        name = column.name
+    else:
+        name = column
+        if new.column(name) is None:
+            raise BadRequest(f"no column {name!r} in table {schema}.{table}")
+        if name in HISTORY_COLUMNS or name == SYNCED or any(c.name == name and c.primary_key for c in new.columns):
+            raise UserActionRequired(f"column {name!r} of {schema}.{table} is a key or system column and cannot be dropped")
+    step = {"kind": "version_at", "column": name, "value": value, "ts_us": ts_us, "only_with_value": not adding}
+    committed = writer.transform(schema, table, new, operation, history_rewrite_task, lambda base: _file_units(base, step))
+    return f"column {name!r} {'added' if adding else 'dropped'} in history mode at {timestamp}: " \
+           f"version {committed.version if committed else current.version}"
+
+
+def history_definition(plain: TableDef, deleted_column: str) -> TableDef:
+    """The plain table's columns without the soft-delete column, plus the history columns (start in the key)."""
+    columns = [c for c in plain.columns if c.name != deleted_column and c.name not in HISTORY_COLUMNS]
+    columns += [ColumnDef(START, "UTC_DATETIME", True), ColumnDef(END, "UTC_DATETIME"), ColumnDef(ACTIVE, "BOOLEAN")]
+    return plain.with_columns(columns)
+
+
+def _latest_synced(base: TableVersion) -> int | None:
+    stamps = [f.max_synced for f in base.files if f.rows and f.max_synced is not None]
+    return max(stamps) if stamps else None
+
+
+def _to_history_units(base: TableVersion, deleted_column: str) -> list[dict[str, Any]]:
+    start = _latest_synced(base)
+    if start is None and any(f.rows for f in base.files):
+        raise UserActionRequired(f"table {base.table.name!r} has rows but no {SYNCED} values; "
+                                 "the start of its history cannot be set")
+    return _file_units(base, {"kind": "to_history", "deleted_column": deleted_column, "start_us": start})
+
+
+def soft_delete_to_history(writer: WritePath, schema: str, table: str, deleted_column: str) -> str:
+    """Live rows become active versions starting at the table's latest `_fivetran_synced`; soft-deleted rows
+    become inactive versions at the minimum timestamp; the soft-delete column goes."""
+    current = _load(writer, schema, table)
+    if current.table.is_history:
+        return f"already in history mode (version {current.version})"
+    new = history_definition(current.table, deleted_column)
+    committed = writer.transform(schema, table, new, "soft_delete_to_history", history_rewrite_task,
+                                 lambda base: _to_history_units(base, deleted_column))
+    return f"migrated to history mode: version {committed.version if committed else current.version}"
+
+
+def copy_table_to_history_mode(writer: WritePath, schema: str, source: str, target: str, deleted_column: str) -> str:
+    """A new history table from a soft-delete (or live) table, as SOFT_DELETE_TO_HISTORY would make it;
+    a source without the soft-delete column has only live rows. A target from an earlier try is replaced."""
+    origin = _load(writer, schema, source)
+    if origin.table.is_history:
+        raise UserActionRequired(f"{schema}.{source} is already a history table; use copy_table")
+    writer.store.drop(schema, target)
+    new = TableDef(target, history_definition(origin.table, deleted_column).columns, origin.table.bucket_count)
+    committed = writer.transform(schema, target, new, "copy_table_to_history_mode", history_rewrite_task,
+                                 lambda base: _to_history_units(base, deleted_column), source=origin)
+    return f"copied to {target!r} in history mode as version {committed.version if committed else '?'}"
+
+
+def soft_delete_definition(history: TableDef, deleted_column: str) -> TableDef:
+    columns = [c for c in history.columns if c.name not in HISTORY_COLUMNS]
+    if not any(c.name == deleted_column for c in columns):
+        columns.append(ColumnDef(deleted_column, "BOOLEAN"))
+    return history.with_columns(columns)
+
+
+def history_to_soft_delete(writer: WritePath, schema: str, table: str, deleted_column: str,
+                           keep_deleted_rows: bool) -> str:
+    """The latest version of every key stays, deleted = not active (rows of deleted keys are removed only
+    when keep_deleted_rows is false); the history columns go and the key loses `_fivetran_start`."""
+    current = _load(writer, schema, table)
+    if not current.table.is_history:
+        return f"already in soft-delete mode (version {current.version})"
+    new = soft_delete_definition(current.table, deleted_column)
+
+    def units(base: TableVersion) -> list[dict[str, Any]]:
+        by_bucket: dict[int, list[DataFile]] = {}
+        for f in base.files:
+            if f.rows and f.bucket is not None:
+                by_bucket.setdefault(f.bucket, []).append(f)
+        return [{"bucket": b, "files": [f.to_json() for f in fs], "old_table": base.table.to_json(),
+                 "deleted_column": deleted_column, "keep_deleted_rows": keep_deleted_rows}
+                for b, fs in sorted(by_bucket.items())]
+    committed = writer.transform(schema, table, new, "history_to_soft_delete", latest_versions_task, units)
+    return f"migrated to soft-delete mode: version {committed.version if committed else current.version}"
