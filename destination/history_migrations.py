@@ -111,11 +111,11 @@ def soft_delete_to_history(writer: WritePath, schema: str, table: str, deleted_c
 
 def copy_table_to_history_mode(writer: WritePath, schema: str, source: str, target: str, deleted_column: str) -> str:
     """A new history table from a soft-delete (or live) table, as SOFT_DELETE_TO_HISTORY would make it;
-    a source without the soft-delete column has only live rows. A target from an earlier try is replaced."""
+    a source without the soft-delete column has only live rows. A target from an earlier try gets a new version
+    with the copy (so a copy that fails leaves it as it was)."""
     origin = _load(writer, schema, source)
     if origin.table.is_history:
         raise UserActionRequired(f"{schema}.{source} is already a history table; use copy_table")
-    writer.store.drop(schema, target)
     new = TableDef(target, history_definition(origin.table, deleted_column).columns, origin.table.bucket_count)
     committed = writer.transform(schema, target, new, "copy_table_to_history_mode", history_rewrite_task,
                                  lambda base: _to_history_units(base, deleted_column), source=origin)

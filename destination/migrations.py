@@ -143,9 +143,9 @@ def _with_column(t: TableDef, column: ColumnDef) -> TableDef:
 
 
 def _copy_table(writer: WritePath, schema: str, source: str, target: str) -> MigrationOutcome:
-    """A new table with the source's definition and data; an existing target (an earlier try) is replaced."""
+    """A new table with the source's definition and data. An existing target (an earlier try) gets a new version
+    holding the copy, so a copy that fails leaves it as it was."""
     current = _load(writer, schema, source)
-    writer.store.drop(schema, target)
     storage = writer.store.storage
 
     def produce(base: TableVersion | None, directory: str) -> PendingVersion:

@@ -208,3 +208,17 @@ def test_truncate_of_a_history_table(scenario: Scenario, soft: bool) -> None:
         assert sorted((r["id"], r["_fivetran_deleted"]) for r in rows) == [(1, True), (1, True), (2, True), (3, None)]
     else:
         assert [r["id"] for r in rows] == [3]
+
+
+def test_alter_table_on_a_history_table_keeps_every_version(scenario: Scenario, stub) -> None:  # type: ignore[no-untyped-def]
+    scenario.run([upsert((1, "a", 1, 10)), upsert((1, "b", 2, 20))])
+    wider = {**USERS, "columns": {**USERS["columns"], "note": "STRING"}}
+    path = scenario.tmp_path / "alter.json"
+    path.write_text(json.dumps({"alter_table": {"users": wider}}))
+    scenario.harness.run_file(path)
+    assert scenario.harness.failures == 0
+    described = stub.DescribeTable(sdk.DescribeTableRequest(configuration=scenario.configuration,
+                                                            schema_name="tester", table_name="users")).table
+    assert [c.name for c in described.columns if c.primary_key] == ["id", "_fivetran_start"]
+    assert "note" in [c.name for c in described.columns]
+    assert scenario.versions() == [(1, "a", 1, t(10), t(20) - MS, False), (1, "b", 2, t(20), TMAX, True)]

@@ -220,3 +220,28 @@ def test_wrong_mode_missing_table_and_live_mode(setup: Setup) -> None:
     for live in ("SOFT_DELETE_TO_LIVE", "HISTORY_TO_LIVE", "LIVE_TO_SOFT_DELETE", "LIVE_TO_HISTORY"):
         answer = setup.migrate("s", table_sync_mode_migration__type=sdk.TableSyncModeMigrationType.Value(live))
         assert answer.WhichOneof("response") == "unsupported"
+
+
+@pytest.mark.parametrize("operation", ["copy_table", "copy_table_to_history_mode"])
+def test_a_failed_copy_leaves_the_existing_target_as_it_was(setup: Setup, spark, operation: str) -> None:  # type: ignore[no-untyped-def]
+    """A crash before the commit record: the target keeps its earlier version, the source is untouched."""
+    from destination import history_migrations, migrations
+    from destination.storage.base import open_storage
+    from destination.table_store.store import TableStore
+    from destination.write_path import WritePath
+    from tests.conftest import spec_of
+
+    soft_delete_table(setup, True)
+    setup.run({"create_table": {"target": PLAIN}, "ops": [{"upsert": {"target": [{"id": 9, "v": "old"}]}}]})
+
+    def crash(step: str) -> None:
+        if step == "before_commit_record":
+            raise RuntimeError("simulated crash")
+    writer = WritePath(TableStore(open_storage(spec_of(setup.configuration)), fault=crash), lambda: spark)
+    with pytest.raises(RuntimeError):
+        if operation == "copy_table":
+            migrations._copy_table(writer, "tester", "s", "target")
+        else:
+            history_migrations.copy_table_to_history_mode(writer, "tester", "s", "target", "_fivetran_deleted")
+    assert [(r["id"], r["v"]) for r in setup.rows("target")] == [(9, "old")]
+    assert sorted(r["id"] for r in setup.rows("s")) == [1, 2]
