@@ -95,6 +95,17 @@ def _sync_mode(writer: WritePath, schema: str, table: str, m: Any) -> MigrationO
                                    "partner destinations")
 
 
+def migration_target(details: Any) -> str | None:
+    """The table a copy or rename writes besides `details.table` (None for other operations)."""
+    op = details.WhichOneof("operation")
+    if op in ("copy", "rename"):
+        holder = getattr(details, op)
+        entity = holder.WhichOneof("entity")
+        if entity in ("copy_table", "rename_table", "copy_table_to_history_mode"):
+            return str(getattr(holder, entity).to_table)
+    return None
+
+
 def _value(text: str) -> str | None:
     return None if text == NULL_VALUE else text
 

@@ -19,7 +19,7 @@ import grpc
 
 from destination import logs
 from destination.errors import BadRequest, CommitConflict, DestinationError, UserActionRequired, scrub
-from destination.migrations import migrate
+from destination.migrations import migrate, migration_target
 from destination.ops_builder import build_operations
 from destination.protocol import common, sdk, sdk_grpc
 from destination.proto_convert import file_format, table_from_proto, table_to_proto
@@ -29,6 +29,9 @@ from destination.table_model import DELETED
 from destination.table_store.store import AlreadyApplied, TableLocks, TableStore
 from destination.write_path import WritePath
 from spark_jobs.session import get_session, trivial_job
+
+
+TARGET_LOCK_SECONDS = 600.0
 
 
 @dataclass
@@ -203,7 +206,12 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
 
     @_rpc("Migrate", sdk.MigrateResponse, lambda r: (r.details.schema, r.details.table))
     def Migrate(self, request: Any, backend: Backend, schema: str, table: str) -> tuple[Any, str]:
-        outcome = migrate(backend.writer, schema, table, request.details, common.DataType.Name)
+        target = migration_target(request.details)
+        if target and target != table:  # a copy or rename also writes its target: hold that table too
+            with self.locks.hold(backend.store.storage.spec.root, schema, target, timeout=TARGET_LOCK_SECONDS):
+                outcome = migrate(backend.writer, schema, table, request.details, common.DataType.Name)
+        else:
+            outcome = migrate(backend.writer, schema, table, request.details, common.DataType.Name)
         if not outcome.supported:
             return sdk.MigrateResponse(unsupported=True), outcome.detail
         return sdk.MigrateResponse(success=True), outcome.detail

@@ -149,3 +149,18 @@ def test_a_leftover_claimed_version_is_cleared_by_the_next_writer(storage: Stora
     assert "orphan.parquet" not in storage.list_children(done.directory)
     assert validate_version(storage, done.directory) == []
     assert not storage.exists(layout.claim_path(prefix, 2))
+
+
+def test_a_busy_table_lock_taken_with_a_timeout_is_a_commit_conflict() -> None:
+    from destination.errors import CommitConflict
+    from destination.table_store.store import TableLocks
+
+    locks = TableLocks()
+    with locks.hold("root", "s", "target"):
+        with pytest.raises(CommitConflict, match="s.target is busy"):
+            with locks.hold("root", "s", "target", timeout=0.01):
+                pass
+        with locks.hold("root", "s", "other", timeout=0.01):  # another table is free
+            pass
+    with locks.hold("root", "s", "target", timeout=0.01):  # released again
+        pass

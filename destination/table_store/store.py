@@ -310,9 +310,15 @@ class TableLocks:
         self._locks: dict[tuple[str, str, str], threading.Lock] = {}
 
     @contextmanager
-    def hold(self, root: str, schema: str, table: str) -> Iterator[None]:
+    def hold(self, root: str, schema: str, table: str, timeout: float | None = None) -> Iterator[None]:
+        """Hold the table's lock; with a timeout, raise CommitConflict when it stays busy (a second lock taken
+        while holding one must not wait forever on a request that waits for ours)."""
         key = (root, schema, table)
         with self._guard:
             lock = self._locks.setdefault(key, threading.Lock())
-        with lock:
+        if not lock.acquire(timeout=-1 if timeout is None else timeout):
+            raise CommitConflict(f"table {schema}.{table} is busy with another request; retry")
+        try:
             yield
+        finally:
+            lock.release()
