@@ -51,30 +51,37 @@ def _file_units(base: TableVersion, step: dict[str, Any]) -> list[dict[str, Any]
     return [{"file": f.to_json(), "old_table": base.table.to_json(), "step": step} for f in base.files if f.rows]
 
 
-def column_in_history_mode(writer: WritePath, schema: str, table: str, column: ColumnDef | str,
-                           value: str | None, timestamp: str) -> str:
-    """ADD_COLUMN_IN_HISTORY_MODE (a ColumnDef and its default) or DROP_COLUMN_IN_HISTORY_MODE (a column
-    name, value None): the change becomes a new version of every active row, starting at the timestamp."""
-    adding = isinstance(column, ColumnDef)
-    operation = "add_column_in_history_mode" if adding else "drop_column_in_history_mode"
-    current = _history_table(writer, schema, table, operation)
-    ts_us = instant_us(timestamp, "operation_timestamp")
+def add_column_in_history_mode(writer: WritePath, schema: str, table: str, column: ColumnDef,
+                               default: str | None, timestamp: str) -> str:
+    """ADD_COLUMN_IN_HISTORY_MODE: the column is added (even to an empty table) and every active row gets a
+    new version carrying the default, starting at the timestamp."""
+    current = _history_table(writer, schema, table, "add_column_in_history_mode")
+    column = normalize_column(column)
     new = current.table
-    if isinstance(column, ColumnDef):
-        column = normalize_column(column)
-        if new.column(column.name) is None:  # added even to an empty table
-            new = new.with_columns([*new.columns, column])
-        name = column.name
-    else:
-        name = column
-        if new.column(name) is None:
-            raise BadRequest(f"no column {name!r} in table {schema}.{table}")
-        if name in HISTORY_COLUMNS or name == SYNCED or any(c.name == name and c.primary_key for c in new.columns):
-            raise UserActionRequired(f"column {name!r} of {schema}.{table} is a key or system column and cannot be dropped")
-    step = {"kind": "version_at", "column": name, "value": value, "ts_us": ts_us, "only_with_value": not adding}
-    committed = writer.transform(schema, table, new, operation, history_rewrite_task, lambda base: _file_units(base, step))
-    return f"column {name!r} {'added' if adding else 'dropped'} in history mode at {timestamp}: " \
-           f"version {committed.version if committed else current.version}"
+    if new.column(column.name) is None:
+        new = new.with_columns([*new.columns, column])
+    return _version_at(writer, schema, current, new, column.name, default, timestamp, "add_column_in_history_mode")
+
+
+def drop_column_in_history_mode(writer: WritePath, schema: str, table: str, name: str, timestamp: str) -> str:
+    """DROP_COLUMN_IN_HISTORY_MODE: the column stays; every active row holding a value gets a new version
+    without it, starting at the timestamp."""
+    current = _history_table(writer, schema, table, "drop_column_in_history_mode")
+    if current.table.column(name) is None:
+        raise BadRequest(f"no column {name!r} in table {schema}.{table}")
+    if name in HISTORY_COLUMNS or name == SYNCED or name in current.table.key_columns:
+        raise UserActionRequired(f"column {name!r} of {schema}.{table} is a key or system column and cannot be dropped")
+    return _version_at(writer, schema, current, current.table, name, None, timestamp, "drop_column_in_history_mode")
+
+
+def _version_at(writer: WritePath, schema: str, current: TableVersion, new: TableDef, name: str,
+                value: str | None, timestamp: str, operation: str) -> str:
+    ts_us = instant_us(timestamp, "operation_timestamp")
+    step = {"kind": "version_at", "column": name, "value": value, "ts_us": ts_us,
+            "only_with_value": operation == "drop_column_in_history_mode"}
+    committed = writer.transform(schema, new.name, new, operation, history_rewrite_task,
+                                 lambda base: _file_units(base, step))
+    return f"{operation} {name!r} at {timestamp}: version {committed.version if committed else current.version}"
 
 
 def history_definition(plain: TableDef, deleted_column: str) -> TableDef:

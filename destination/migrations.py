@@ -36,8 +36,8 @@ def migrate(writer: WritePath, schema: str, table: str, details: Any, type_name:
             writer.store.drop(schema, table)
             return MigrationOutcome(True, "table dropped")
         d = details.drop.drop_column_in_history_mode
-        return MigrationOutcome(True, history.column_in_history_mode(writer, schema, table, d.column, None,
-                                                                     d.operation_timestamp))
+        return MigrationOutcome(True, history.drop_column_in_history_mode(writer, schema, table, d.column,
+                                                                          d.operation_timestamp))
     if op == "rename":
         which = details.rename.WhichOneof("entity")
         if which == "rename_table":
@@ -61,8 +61,8 @@ def migrate(writer: WritePath, schema: str, table: str, details: Any, type_name:
     if op == "add" and details.add.WhichOneof("entity") == "add_column_in_history_mode":
         h = details.add.add_column_in_history_mode
         column = ColumnDef(h.column, type_name(h.column_type))
-        return MigrationOutcome(True, history.column_in_history_mode(writer, schema, table, column,
-                                                                     _value(h.default_value), h.operation_timestamp))
+        return MigrationOutcome(True, history.add_column_in_history_mode(writer, schema, table, column,
+                                                                         _value(h.default_value), h.operation_timestamp))
     if op == "add":
         a = details.add.add_column_with_default_value
         column = normalize_column(ColumnDef(a.column, type_name(a.column_type)))

@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 
 from destination.table_model import ACTIVE, DESTINATION_META, END, START, SYNCED, TableDef
 from destination.type_mapping import arrow_schema
-from spark_jobs.keys import key_tokens
+from spark_jobs.keys import key_tokens, run_start_index, run_starts
 from spark_jobs.merge import (CHANGES, DELETE, EARLIEST, KEY, OP, REPLACE, SEQ, UNMOD, UPDATE, MergeCounts,
                               MergeResult, key_columns, meta_column, occurrence)
 
@@ -70,15 +70,6 @@ def restamp(table: pa.Table, mask: np.ndarray, version: int) -> pa.Table:
     restamped = pc.replace_substring_regex(pc.fill_null(meta, '{"version": 0, "changes": []}'),
                                            pattern=r'^\{"version": -?\d+', replacement=f'{{"version": {version}')
     return set_column(table, DESTINATION_META, pc.if_else(pa.array(mask), restamped, meta))
-
-
-def _group_starts(sorted_keys: pa.Array) -> np.ndarray:
-    """For rows sorted by key: the index of the first row of each row's key group."""
-    n = len(sorted_keys)
-    first = np.ones(n, dtype=bool)
-    if n > 1:
-        first[1:] = pc.not_equal(sorted_keys.slice(1), sorted_keys.slice(0, n - 1)).to_numpy(zero_copy_only=False)
-    return np.maximum.accumulate(np.where(first, np.arange(n), 0))
 
 
 class _Bucket:
@@ -168,7 +159,7 @@ class _Bucket:
         changes = pa.concat_arrays([pa.nulls(n_prior, pa.string()), _col(rows, CHANGES)]).take(order)
         n = combined.num_rows
         idx = np.arange(n)
-        group_start = _group_starts(keys)
+        group_start = run_start_index(keys)
         full = ops == REPLACE  # stored versions and replace rows carry every column
         has_earlier = np.maximum.accumulate(np.where(full, idx, -1)) >= group_start
         is_new = origin == 1
@@ -182,11 +173,9 @@ class _Bucket:
             filled.append(combined.column(name).combine_chunks().take(pa.array(np.maximum(source, 0))))
         combined = pa.Table.from_arrays(filled, names=names)
         # a later row with the same (key, start) wins, stored or new; the last of each run survives
+        starts = micros(combined.column(START))
         same_next = np.zeros(n, dtype=bool)
-        if n > 1:
-            same_key = pc.equal(keys.slice(1), keys.slice(0, n - 1)).to_numpy(zero_copy_only=False)
-            same_start = micros(combined.column(START))[1:] == micros(combined.column(START))[:-1]
-            same_next[:-1] = same_key & same_start
+        same_next[:-1] = ~run_starts(keys)[1:] & (starts[1:] == starts[:-1])
         survivors = is_new & ~dropped & ~same_next
         superseded_prior = ~is_new & same_next  # stored versions replaced by a request row of the same start
         new_rows = combined.filter(pa.array(survivors))
@@ -216,8 +205,7 @@ class _Bucket:
         keys = pc.take(self.keys, pa.array(order))
         n = len(order)
         has_next = np.zeros(n, dtype=bool)
-        if n > 1:
-            has_next[:-1] = pc.equal(keys.slice(1), keys.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+        has_next[:-1] = ~run_starts(keys)[1:]
         in_touched = pc.is_in(keys, value_set=touched).to_numpy(zero_copy_only=False)
         starts = micros(self.state.column(START))[order]
         ends = micros(self.state.column(END))[order]

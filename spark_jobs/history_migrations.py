@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 from destination.conversion import Failure
 from destination.table_model import ACTIVE, DESTINATION_META, END, START, TableDef
 from spark_jobs.history import ONE_MS_US, TMAX_US, micros, restamp, set_column, timestamps
-from spark_jobs.keys import key_tokens
+from spark_jobs.keys import key_tokens, run_starts
 from spark_jobs.merge import key_columns
 
 MIN_US = -62135596800000000  # 0001-01-01T00:00:00Z: start and end of a row that was already deleted
@@ -79,9 +79,6 @@ def latest_versions(table: pa.Table, history_def: TableDef) -> tuple[pa.Table, n
     keys = key_tokens(table, key_columns(history_def))
     order = pc.sort_indices(pa.table({"k": keys, "s": table.column(START)}),
                             sort_keys=[("k", "ascending"), ("s", "descending")]).to_numpy()
-    sorted_keys = pc.take(keys, pa.array(order))
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = pc.not_equal(sorted_keys.slice(1), sorted_keys.slice(0, len(order) - 1)).to_numpy(zero_copy_only=False)
-    latest = table.take(pa.array(order[first]))
+    latest = table.take(pa.array(order[run_starts(pc.take(keys, pa.array(order)))]))
     deleted = ~pc.fill_null(latest.column(ACTIVE), False).to_numpy(zero_copy_only=False)
     return latest, deleted

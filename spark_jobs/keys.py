@@ -47,6 +47,20 @@ def key_tokens(table: pa.Table, key_columns: list[ColumnDef]) -> pa.Array:
     return pc.binary_join_element_wise(*pieces, "|")
 
 
+def run_starts(sorted_keys: pa.Array) -> np.ndarray:
+    """For keys in sorted order: True where a run of equal keys begins."""
+    n = len(sorted_keys)
+    first = np.ones(n, dtype=bool)
+    if n > 1:
+        first[1:] = pc.not_equal(sorted_keys.slice(1), sorted_keys.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+    return first
+
+
+def run_start_index(sorted_keys: pa.Array) -> np.ndarray:
+    """For keys in sorted order: the index of the first row of each row's run."""
+    return np.maximum.accumulate(np.where(run_starts(sorted_keys), np.arange(len(sorted_keys)), 0))
+
+
 def buckets(tokens: pa.Array, bucket_count: int) -> np.ndarray:
     if len(tokens) == 0:
         return np.zeros(0, dtype=np.int32)

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from destination.table_model import DESTINATION_META, START, ColumnDef, TableDef
 from destination.type_mapping import arrow_schema
-from spark_jobs.keys import key_tokens
+from spark_jobs.keys import key_tokens, run_start_index
 
 OP = "\x00op"
 SEQ = "\x00seq"
@@ -65,13 +65,7 @@ def occurrence(keys: pa.Array, seq: pa.Array) -> np.ndarray:
     if n == 0:
         return np.zeros(0, dtype=np.int64)
     order = pc.sort_indices(pa.table({"k": keys, "s": seq}), sort_keys=[("k", "ascending"), ("s", "ascending")])
-    sorted_keys = pc.take(keys, order)
-    starts = np.ones(n, dtype=bool)
-    if n > 1:
-        starts[1:] = pc.not_equal(sorted_keys.slice(1), sorted_keys.slice(0, n - 1)).to_numpy(zero_copy_only=False)
-    idx = np.arange(n)
-    group_start = np.maximum.accumulate(np.where(starts, idx, 0))
-    occ_sorted = idx - group_start
+    occ_sorted = np.arange(n) - run_start_index(pc.take(keys, order))
     out = np.empty(n, dtype=np.int64)
     out[order.to_numpy()] = occ_sorted
     return out

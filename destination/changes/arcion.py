@@ -2,9 +2,8 @@
 
 Events arrive as Arrow: an `op` array (I/U/D), before and after images (the table's columns,
 NULL where absent), an `exists` code per column (0 neither, 1 new, 2 old, 3 both), and the
-cursor and operationcount JSON texts. Formatting is vectorized per column with pyarrow
-compute, so a large version's changes do not go through a Python loop per value (BINARY,
-which needs base64, is the exception).
+cursor and operationcount JSON texts. CSV lines are built per column with pyarrow compute
+(only BINARY, for base64, goes value by value); JSON builds one dict per event.
 
 CSV: x triplets (new, old, exists) in alphabetical column order (as the seed's example), then
 `opType`, `cursor`, `operationcount`; RFC 4180 with minimal quoting; NULL is the null token
