@@ -1,4 +1,4 @@
-"""`records-destination`: serve, tester, tables, show."""
+"""`records-destination`: serve, tester, tables, show, changes."""
 from __future__ import annotations
 
 import argparse
@@ -35,6 +35,13 @@ def _show(args: argparse.Namespace) -> int:
     return show_table(args.root, args.table, args.version, args.limit, _s3_options(args))
 
 
+def _changes(args: argparse.Namespace) -> int:
+    from destination.inspection import show_changes
+
+    return show_changes(args.root, args.table, args.from_version, args.to_version, args.net, args.limit, args.output,
+                        _s3_options(args))
+
+
 def _s3_options(args: argparse.Namespace) -> dict[str, str]:
     return {"s3_endpoint": args.s3_endpoint or "", "s3_region": args.s3_region or ""}
 
@@ -66,11 +73,25 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("table", help="SCHEMA.TABLE")
             p.add_argument("--version", type=int)
             p.add_argument("--limit", type=int, default=20)
-        p.add_argument("--root", default="./data")
-        p.add_argument("--s3-endpoint")
-        p.add_argument("--s3-region")
+        _store_arguments(p)
         p.set_defaults(func=_tables if name == "tables" else _show)
+
+    changes = sub.add_parser("changes", help="print the changes between two versions of a table (from its change files)")
+    changes.add_argument("table", help="SCHEMA.TABLE")
+    changes.add_argument("--from-version", type=int, required=True, help="the version the changes start from (exclusive)")
+    changes.add_argument("--to-version", type=int, help="the last version (inclusive; default: the latest)")
+    changes.add_argument("--net", action="store_true", help="one change per key: its first before and last after image")
+    changes.add_argument("--limit", type=int, help="print at most this many rows")
+    changes.add_argument("--output", choices=("table", "jsonl"), default="table")
+    _store_arguments(changes)
+    changes.set_defaults(func=_changes)
     return parser
+
+
+def _store_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--root", default="./data")
+    p.add_argument("--s3-endpoint")
+    p.add_argument("--s3-region")
 
 
 def main(argv: list[str] | None = None) -> int:

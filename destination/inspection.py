@@ -1,14 +1,20 @@
-"""`tables` and `show`: read committed versions only. S3 credentials come from the
+"""`tables`, `show` and `changes`: read committed versions only. S3 credentials come from the
 standard AWS environment variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)."""
 from __future__ import annotations
 
+import json
 import os
 
 import pyarrow as pa
 
+from destination.changes import cdf
+from destination.changes.arcion import value_text
+from destination.changes.reader import net_between, read_range
+
 from destination.errors import DestinationError
 from destination.storage.base import StorageSpec, open_storage
 from destination.table_store.datafiles import align, read_data_file
+from destination.table_store import layout
 from destination.table_store.store import TableStore
 
 
@@ -32,10 +38,10 @@ def list_tables(root: str, s3: dict[str, str]) -> int:
 
 
 def show_table(root: str, name: str, version: int | None, limit: int, s3: dict[str, str]) -> int:
-    if "." not in name:
-        print("give the table as SCHEMA.TABLE")
+    names = _split(name)
+    if names is None:
         return 2
-    schema, table = name.split(".", 1)
+    schema, table = names
     store = _store(root, s3)
     try:
         current = store.load(schema, table, version)
@@ -53,5 +59,53 @@ def show_table(root: str, name: str, version: int | None, limit: int, s3: dict[s
     rows = pa.concat_tables(parts).slice(0, limit) if parts else None
     print(f"{name} version {current.version}: {current.rows} rows")
     if rows is not None and rows.num_rows:
+        print(rows.to_pandas().to_string(max_colwidth=40))
+    return 0
+
+
+def _split(name: str) -> tuple[str, str] | None:
+    if "." not in name:
+        print("give the table as SCHEMA.TABLE")
+        return None
+    schema, table = name.split(".", 1)
+    return schema, table
+
+
+def show_changes(root: str, name: str, start: int, end: int | None, net: bool, limit: int | None, output: str,
+                 s3: dict[str, str]) -> int:
+    """The changes that take the table from version `start` to `end` (default: the latest), one row per image
+    in the Parquet change layout (`_change_type`, `_commit_version`, `_commit_timestamp`); --net: one change per key."""
+    names = _split(name)
+    if names is None:
+        return 2
+    store = _store(root, s3)
+    prefix = layout.table_prefix(*names)
+    latest = store.latest_version_number(prefix)
+    end = latest if end is None else end
+    if latest == 0:
+        print(f"{name}: no such table")
+        return 1
+    if not 0 <= start < end <= latest:
+        print(f"{name}: the range must satisfy 0 <= --from-version < --to-version <= {latest} (the latest version)")
+        return 2
+    try:
+        if net:
+            events, _table = net_between(store.storage, prefix, start, end)
+            rows = cdf.change_rows(events, end, 0).drop_columns([cdf.COMMIT_TIMESTAMP])
+        else:
+            parts = [cdf.change_rows(v.events, v.version, v.timestamp_us) for v in read_range(store.storage, prefix, start + 1, end)]
+            rows = pa.concat_tables(parts, promote_options="permissive")
+    except DestinationError as exc:
+        print(f"error: {exc}")
+        return 1
+    if limit is not None:
+        rows = rows.slice(0, limit)
+    if output == "jsonl":
+        texts = {n: value_text(rows.column(n)).to_pylist() for n in rows.column_names}
+        for i in range(rows.num_rows):
+            print(json.dumps({n: t[i] for n, t in texts.items()}, ensure_ascii=False))
+        return 0
+    print(f"{name}: {'net ' if net else ''}changes from version {start} to {end}: {rows.num_rows} rows")
+    if rows.num_rows:
         print(rows.to_pandas().to_string(max_colwidth=40))
     return 0

@@ -15,7 +15,7 @@ from destination import history_migrations as history
 from destination.errors import BadRequest, TableNotFound, UserActionRequired
 from destination.table_model import DELETED, ColumnDef, TableDef
 from destination.table_store.layout import data_file_name
-from destination.table_store.store import PendingVersion, TableVersion
+from destination.table_store.store import PendingVersion, TableVersion, VersionTarget
 from destination.type_mapping import normalize_column
 from destination.write_path import WritePath
 
@@ -159,17 +159,17 @@ def _copy_table(writer: WritePath, schema: str, source: str, target: str) -> Mig
     current = _load(writer, schema, source)
     storage = writer.store.storage
 
-    def produce(base: TableVersion | None, directory: str) -> PendingVersion:
+    def produce(base: TableVersion | None, spot: VersionTarget) -> PendingVersion:
         copied = []
         for f in current.files:
             if not f.rows:
                 continue
             name = data_file_name(f.bucket)
-            storage.copy(f"{current.directory}/{f.name}", f"{directory}/{name}")
+            storage.copy(f"{current.directory}/{f.name}", f"{spot.directory}/{name}")
             copied.append(type(f)(name, f.rows, f.bytes, f.bucket, f.min_synced, f.max_synced))
         return PendingVersion(TableDef(target, current.table.columns, current.table.bucket_count), copied, [],
                               {"kind": "copy_table", "from": source})
-    committed = writer.store.write(schema, target, produce)
+    committed = writer.commit(schema, target, produce)
     return MigrationOutcome(True, f"copied to {target!r} as version {committed.version if committed else '?'}")
 
 

@@ -18,6 +18,7 @@ from typing import Any, Callable
 import grpc
 
 from destination import logs
+from destination.changes.settings import change_settings
 from destination.errors import BadRequest, CommitConflict, DestinationError, UserActionRequired, scrub
 from destination.migrations import migrate, migration_target
 from destination.ops_builder import build_operations
@@ -44,8 +45,8 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
         self.locks = TableLocks()
-        self._backends: dict[StorageSpec, Backend] = {}
-        self._backends_lock = threading.Lock()
+        self._stores: dict[StorageSpec, TableStore] = {}
+        self._stores_lock = threading.Lock()
 
     # ---- plumbing ----------------------------------------------------------------------
 
@@ -53,13 +54,15 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         return get_session(self.options.spark_master)
 
     def backend(self, configuration: Any) -> Backend:
-        spec = storage_spec(dict(configuration), self.options)
-        with self._backends_lock:
-            found = self._backends.get(spec)
-            if found is None:
-                store = TableStore(open_storage(spec))
-                found = self._backends[spec] = Backend(store, WritePath(store, self.spark))
-            return found
+        """The store of the configuration's root (one per root, kept) and a writer with its change settings."""
+        config = dict(configuration)
+        spec = storage_spec(config, self.options)
+        changes = change_settings(config)
+        with self._stores_lock:
+            store = self._stores.get(spec)
+            if store is None:
+                store = self._stores[spec] = TableStore(open_storage(spec))
+        return Backend(store, WritePath(store, self.spark, changes))
 
     # ---- RPCs without a table ------------------------------------------------------------
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from destination.changes.settings import FORMATS, FULL, IMAGES, OFF
 from destination.errors import UserActionRequired
 from destination.protocol import common
 from destination.storage.base import StorageSpec
@@ -31,6 +32,23 @@ def configuration_form() -> common.ConfigurationFormResponse:
         common.FormField(name="aws_access_key_id", label="AWS access key id", required=False, text_field=text.PlainText),
         common.FormField(name="aws_secret_access_key", label="AWS secret access key", required=False,
                          text_field=text.Password),
+        common.FormField(name="changes", label="Change files", required=False, default_value=OFF,
+                         dropdown_field=common.DropdownField(dropdown_field=list(FORMATS)),
+                         description="Also write the rows each version inserted, updated and deleted under "
+                                     "<table>/changes/v<N>/: Arcion realtime CSV or JSON, or Parquet in the Delta "
+                                     "change data feed style."),
+        common.FormField(name="changes_image", label="Arcion images", required=False, default_value=FULL,
+                         dropdown_field=common.DropdownField(dropdown_field=list(IMAGES)),
+                         description="full: whole before and after rows; minimal: changed columns and the key, "
+                                     "as Arcion's realtime examples."),
+        common.FormField(name="changes_null_token", label="Arcion CSV null token", required=False,
+                         text_field=text.PlainText, default_value="NULL",
+                         description="Written unquoted for NULL; a string equal to it is always quoted."),
+        common.FormField(name="changes_include_header", label="Arcion CSV header row", required=False,
+                         toggle_field=common.ToggleField(), default_value="false"),
+        common.FormField(name="changes_emit_noop_updates", label="Keep no-op updates", required=False,
+                         toggle_field=common.ToggleField(), default_value="false",
+                         description="Also write updates that change nothing but _fivetran_synced."),
     ]
     tests = [common.ConfigurationTest(name=TEST_STORAGE, label="Writing, reading and deleting a probe object"),
              common.ConfigurationTest(name=TEST_SPARK, label="Running a Spark job")]

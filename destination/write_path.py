@@ -14,17 +14,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
+from destination.changes.files import STAGING, ChangeTarget, write_empty
+from destination.changes.metadata import ROWS, SNAPSHOT, ZERO_TOTALS, ChangeParts, ChangeSet, change_set
+from destination.changes.settings import ChangeSettings
 from destination.errors import BadRequest, DestinationError, StorageError, TableNotFound, UserActionRequired
 from destination.ops_builder import Operations
 from destination.table_model import SYNCED, ColumnDef, TableDef
 from destination.table_store.datafiles import DataFile, align, read_data_file
-from destination.table_store.store import PendingVersion, TableStore, TableVersion
+from destination.table_store.store import PendingVersion, TableStore, TableVersion, VersionTarget
 from destination.type_mapping import normalize_column
 from spark_jobs.alter import convert_table
 from spark_jobs.keys import buckets, key_tokens
 from spark_jobs.merge import BUCKET, CHANGES, KEY, OP, REPLACE, SEQ, UNMOD, key_columns
 from spark_jobs.runner import TaskFn, run_units
-from spark_jobs.tasks import JobContext, merge_bucket_task, rewrite_file_task, to_ipc, truncate_file_task
+from spark_jobs.tasks import (JobContext, format_changes_task, merge_bucket_task, rewrite_file_task,
+                              snapshot_changes_task, to_ipc, truncate_file_task)
 
 
 @dataclass
@@ -33,42 +37,106 @@ class Outcome:
     counts: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass
+class JobOutput:
+    """What one Spark job's tasks produced, summed over its units."""
+
+    new_files: list[DataFile]
+    replaced: set[str]  # base files rewritten (not carried)
+    counts: dict[str, int]
+    changes: list[dict[str, Any]]  # change files, in unit order
+
+    def change_parts(self, kind: str) -> ChangeParts:
+        return ChangeParts(kind, self.changes, self.counts.get("noop_updates", 0))
+
+
+Producer = Callable[[TableVersion | None, VersionTarget], PendingVersion | None]
+
+
 class WritePath:
-    def __init__(self, store: TableStore, spark: Callable[[], SparkSession]) -> None:
+    def __init__(self, store: TableStore, spark: Callable[[], SparkSession],
+                 changes: ChangeSettings | None = None) -> None:
         self.store = store
         self._spark = spark
+        self.changes = changes or ChangeSettings()
 
     # ---- helpers -------------------------------------------------------------------------
 
-    def _run(self, task: TaskFn, base: TableVersion | None, target_dir: str, table: TableDef,
-             units: list[dict[str, Any]], description: str) -> tuple[list[DataFile], set[str], dict[str, int]]:
-        ctx = JobContext(self.store.storage.spec, base.directory if base else None, target_dir, table.to_json(),
-                         target_version(target_dir))
+    def _run(self, task: TaskFn, schema: str, base: TableVersion | None, target: VersionTarget, table: TableDef,
+             units: list[dict[str, Any]], description: str, kind: str = SNAPSHOT) -> JobOutput:
+        """Run `task` over `units` as one Spark job writing version `target`; with change files on, the tasks
+        also write the version's change files of `kind` (ROWS: their events, SNAPSHOT: the rows they write)."""
+        changes = self._change_target(schema, target, kind).to_json() if self.changes.enabled else None
+        ctx = JobContext(self.store.storage.spec, base.directory if base else None, target.directory,
+                         table.to_json(), target.version, changes)
         try:
             results = run_units(self._spark(), task, ctx, units, description)
         except Exception as exc:
             raise _task_error(exc) from None
-        new_files = [DataFile.from_json(f) for r in results for f in r["new_files"]]
-        replaced = {name for r in results for name in r["replaced"]}
         counts: dict[str, int] = {}
         for r in results:
             for k, v in r["counts"].items():
                 counts[k] = counts.get(k, 0) + v
-        return new_files, replaced, counts
+        return JobOutput([DataFile.from_json(f) for r in results for f in r["new_files"]],
+                         {name for r in results for name in r["replaced"]}, counts,
+                         [c for r in results for c in r["changes"]])
+
+    def _change_target(self, schema: str, target: VersionTarget, kind: str) -> ChangeTarget:
+        return ChangeTarget(self.changes.to_json(), target.changes_directory, target.version,
+                            int(target.timestamp * 1_000_000), schema, kind)
+
+    def commit(self, schema: str, name: str, produce: Producer, *, batch_id: str | None = None) -> TableVersion | None:
+        """Commit what `produce` returns as the next version of `name`, with its change directory when change
+        files are on (store.write calls `produce` again on a new base after a conflict)."""
+        def produce_with_changes(base: TableVersion | None, target: VersionTarget) -> PendingVersion | None:
+            pending = produce(base, target)
+            if pending is not None and self.changes.enabled:
+                pending.changes = self._complete_changes(schema, base, target, pending)
+            return pending
+        return self.store.write(schema, name, produce_with_changes, batch_id=batch_id)
+
+    def _complete_changes(self, schema: str, base: TableVersion | None, target: VersionTarget,
+                          pending: PendingVersion) -> ChangeSet:
+        """Snapshot a version whose tasks wrote no change files; format staged Arcion events with their running
+        totals (a second job: the totals of a bucket depend on the buckets before it); describe the directory."""
+        table = pending.table
+        parts = pending.change_parts
+        if parts is None:  # the version's files came without a Spark task (a table copy, a new empty table)
+            units = [{"directory": target.directory, "file": f.to_json()} for f in pending.new_files if f.rows]
+            if base is not None:
+                units += [{"directory": base.directory, "file": f.to_json()} for f in pending.carried if f.rows]
+            parts = self._run(snapshot_changes_task, schema, base, target, table, units,
+                              f"snapshot changes {schema}.{table.name}").change_parts(SNAPSHOT)
+        before = dict(base.change_totals) if base else {}
+        files = parts.files
+        if parts.kind == ROWS and self.changes.is_arcion and files:
+            running = {k: before.get(k, 0) for k in ZERO_TOTALS}
+            units = []
+            for part in files:
+                units.append({"part": part, "totals_before": dict(running)})
+                for k, v in part["counts"].items():
+                    running[k] = running.get(k, 0) + v
+            files = self._run(format_changes_task, schema, base, target, table, units,
+                              f"format changes {schema}.{table.name}", ROWS).changes
+            self.store.storage.delete_prefix(f"{target.changes_directory}/{STAGING}")
+        if not files:
+            files = [write_empty(self.store.storage, self._change_target(schema, target, parts.kind), table)]
+        return change_set(schema, table, self.changes, parts.kind, target.version, int(target.timestamp * 1_000_000),
+                          files, before, parts.noop_updates)
 
     def transform(self, schema: str, name: str, new: TableDef, operation: str, task: TaskFn,
                   units: Callable[[TableVersion], list[dict[str, Any]]],
                   source: TableVersion | None = None) -> TableVersion | None:
         """Commit a version of `name` under the definition `new` whose data files are all produced by `task`
         over `units(origin)`: origin is the table's latest version, or `source` (another table, for copies)."""
-        def produce(base: TableVersion | None, target: str) -> PendingVersion:
+        def produce(base: TableVersion | None, target: VersionTarget) -> PendingVersion:
             origin = source or base
             if origin is None:
                 raise TableNotFound(f"table {schema}.{name} does not exist")
-            new_files, _replaced, counts = self._run(task, origin, target, new, units(origin),
-                                                     f"{operation} {schema}.{name}")
-            return PendingVersion(new, new_files, [], {"kind": operation, "counts": counts})
-        return self.store.write(schema, name, produce)
+            out = self._run(task, schema, origin, target, new, units(origin), f"{operation} {schema}.{name}")
+            return PendingVersion(new, out.new_files, [], {"kind": operation, "counts": out.counts},
+                                  out.change_parts(SNAPSHOT))
+        return self.commit(schema, name, produce)
 
     def rewrite_all(self, schema: str, new: TableDef, operation: str, sources: dict[str, str] | None = None,
                     constants: dict[str, str | None] | None = None) -> TableVersion | None:
@@ -85,7 +153,7 @@ class WritePath:
         if existing is not None:
             diff = describe_difference(existing.table, table)
             return False, diff
-        self.store.write(schema, table.name, lambda base, target: PendingVersion(table, [], [], {"kind": "create_table"}))
+        self.commit(schema, table.name, lambda base, target: PendingVersion(table, [], [], {"kind": "create_table"}))
         return True, ""
 
     def alter_table(self, schema: str, requested: TableDef, drop_columns: bool) -> Outcome:
@@ -103,12 +171,12 @@ class WritePath:
     def _rekey(self, schema: str, new: TableDef) -> Outcome:
         """A primary-key change re-buckets every row: stored rows become replace operations
         (in `_fivetran_synced` order, so the newest wins if the new key merges rows)."""
-        def produce(base: TableVersion | None, target: str) -> PendingVersion:
+        def produce(base: TableVersion | None, target: VersionTarget) -> PendingVersion:
             assert base is not None
             storage = self.store.storage
             parts = [align(read_data_file(storage, base.directory, f.name), base.table) for f in base.files if f.rows]
             stored = pa.concat_tables(parts) if parts else align(pa.table({}), base.table)
-            converted, _ = convert_table(stored, base.table, new, target_version(target))
+            converted, _ = convert_table(stored, base.table, new, target.version)
             nulls_in_key = [c for c in new.key_columns if converted.column(c).null_count]
             if nulls_in_key and converted.num_rows:
                 raise UserActionRequired(
@@ -117,10 +185,10 @@ class WritePath:
             if SYNCED in converted.column_names:
                 converted = converted.take(pc.sort_indices(converted, sort_keys=[(SYNCED, "ascending")]))
             ops = _stored_rows_as_replace_ops(converted, new)
-            units = bucket_units(ops, None)
-            new_files, _r, counts = self._run(merge_bucket_task, None, target, new, units, f"rekey {schema}.{new.name}")
-            return PendingVersion(new, new_files, [], {"kind": "alter_table_primary_key"})
-        committed = self.store.write(schema, new.name, produce)
+            out = self._run(merge_bucket_task, schema, None, target, new, bucket_units(ops, None),
+                            f"rekey {schema}.{new.name}")
+            return PendingVersion(new, out.new_files, [], {"kind": "alter_table_primary_key"}, out.change_parts(SNAPSHOT))
+        committed = self.commit(schema, new.name, produce)
         return Outcome(committed.version if committed else None)
 
     def ensure_columns(self, schema: str, current: TableVersion, requested: list[ColumnDef]) -> TableVersion:
@@ -140,20 +208,20 @@ class WritePath:
         """Merge one request's operations (plain or history, by the table's mode: spark_jobs.tasks)."""
         stats: dict[str, int] = {}
 
-        def produce(base: TableVersion | None, target: str) -> PendingVersion | None:
+        def produce(base: TableVersion | None, target: VersionTarget) -> PendingVersion | None:
             if base is None:
                 raise TableNotFound(f"{rpc}: table {schema}.{table_name} does not exist; CreateTable must come first")
             if ops.rows == 0:
                 return None
-            units = bucket_units(ops.table, base)
-            new_files, replaced, counts = self._run(merge_bucket_task, base, target, base.table, units,
-                                                    f"{rpc} {schema}.{table_name}")
-            carried = [f for f in base.files if f.name not in replaced]
+            out = self._run(merge_bucket_task, schema, base, target, base.table, bucket_units(ops.table, base),
+                            f"{rpc} {schema}.{table_name}", ROWS)
+            carried = [f for f in base.files if f.name not in out.replaced]
             stats.clear()
-            stats.update(counts)
+            stats.update(out.counts)
             kind = "write_history_batch" if rpc == "WriteHistoryBatch" else "write_batch"
-            return PendingVersion(base.table, new_files, carried, {"kind": kind, "counts": counts})
-        committed = self.store.write(schema, table_name, produce, batch_id=ops.batch_id)
+            return PendingVersion(base.table, out.new_files, carried, {"kind": kind, "counts": out.counts},
+                                  out.change_parts(ROWS))
+        committed = self.commit(schema, table_name, produce, batch_id=ops.batch_id)
         return Outcome(committed.version if committed else None, stats)
 
     # ---- Truncate -------------------------------------------------------------------------
@@ -170,7 +238,7 @@ class WritePath:
         cutoff_ms = cutoff_us // 1000
         stats: dict[str, int] = {}
 
-        def produce(base: TableVersion | None, target: str) -> PendingVersion | None:
+        def produce(base: TableVersion | None, target: VersionTarget) -> PendingVersion | None:
             if base is None:
                 return None
             units, dropped = [], []
@@ -179,28 +247,26 @@ class WritePath:
                     continue
                 if f.min_synced // 1000 >= cutoff_ms:
                     continue  # every row is at or after the cutoff: keep the file as it is
-                if f.max_synced // 1000 < cutoff_ms and not deleted_column:
-                    dropped.append(f)  # every row goes: drop the file unread
+                if f.max_synced // 1000 < cutoff_ms and not deleted_column and not self.changes.enabled:
+                    dropped.append(f)  # every row goes: drop the file unread (its rows' changes need a read)
                     continue
                 units.append({"file": f.to_json(), "cutoff_us": cutoff_us, "synced_column": synced_column,
                               "deleted_column": deleted_column})
             if not units and not dropped:
                 return None
-            new_files, replaced, counts = self._run(truncate_file_task, base, target, base.table, units,
-                                                    f"truncate {schema}.{table_name}")
-            gone = replaced | {f.name for f in dropped}
+            out = self._run(truncate_file_task, schema, base, target, base.table, units,
+                            f"truncate {schema}.{table_name}", ROWS)
+            gone = out.replaced | {f.name for f in dropped}
+            counts = dict(out.counts)
             counts["deleted"] = counts.get("deleted", 0) + sum(f.rows for f in dropped)
             stats.clear()
             stats.update(counts)
             carried = [f for f in base.files if f.name not in gone]
             kind = "soft_truncate" if deleted_column else "truncate"
-            return PendingVersion(base.table, new_files, carried, {"kind": kind, "counts": counts})
-        committed = self.store.write(schema, table_name, produce)
+            return PendingVersion(base.table, out.new_files, carried, {"kind": kind, "counts": counts},
+                                  out.change_parts(ROWS))
+        committed = self.commit(schema, table_name, produce)
         return Outcome(committed.version if committed else current.version, stats)
-
-
-def target_version(target_dir: str) -> int:
-    return int(target_dir.rsplit("/v", 1)[1])
 
 
 def bucket_units(ops: pa.Table, base: TableVersion | None) -> list[dict[str, Any]]:

@@ -242,9 +242,15 @@ class _Bucket:
         self.state = set_column(self.state, SYNCED, pc.if_else(pa.array(close), pc.coalesce(synced, self.state.column(SYNCED)),
                                                          self.state.column(SYNCED)))
 
-    def result(self) -> MergeResult:
-        before = self.stored.filter(pa.array(self.changed)) if self.changed.any() else None
-        return MergeResult(self.state.drop_columns([_ROW]), self.counts, before)
+    def result(self, track_changes: bool) -> MergeResult:
+        table = self.state.drop_columns([_ROW])
+        if not track_changes:
+            return MergeResult(table, self.counts)
+        rows = _col(self.state, _ROW)
+        stored = pc.is_valid(rows).to_numpy(zero_copy_only=False)
+        written = ~stored  # new versions, and stored ones this request changed
+        written[stored] = self.changed[pc.fill_null(rows, 0).to_numpy()[stored]]
+        return MergeResult(table, self.counts, self.stored.filter(pa.array(self.changed)), table.filter(pa.array(written)))
 
 
 def _fill_open_versions(rows: pa.Table) -> pa.Table:
@@ -254,7 +260,8 @@ def _fill_open_versions(rows: pa.Table) -> pa.Table:
     return set_column(rows, ACTIVE, pc.coalesce(rows.column(ACTIVE), pa.array(ends == TMAX_US)))
 
 
-def merge_history_bucket(stored: pa.Table, ops: pa.Table, table_def: TableDef, version: int) -> MergeResult:
+def merge_history_bucket(stored: pa.Table, ops: pa.Table, table_def: TableDef, version: int,
+                         track_changes: bool = False) -> MergeResult:
     """Apply one request's history operations (one bucket) to the bucket's stored versions that may be affected."""
     bucket = _Bucket(stored, table_def, version)
     op = ops.column(OP)
@@ -262,4 +269,4 @@ def merge_history_bucket(stored: pa.Table, ops: pa.Table, table_def: TableDef, v
     touched = bucket.insert(ops.filter(pc.or_(pc.equal(op, REPLACE), pc.equal(op, UPDATE))))
     bucket.chain(touched)
     bucket.delete(ops.filter(pc.equal(op, DELETE)))
-    return bucket.result()
+    return bucket.result(track_changes)

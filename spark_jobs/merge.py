@@ -49,7 +49,10 @@ class MergeCounts:
 class MergeResult:
     table: pa.Table  # the bucket's rows after the merge, in the file schema
     counts: MergeCounts = field(default_factory=MergeCounts)
-    before: pa.Table | None = None  # prior images of the keys this request changed (for change files)
+    # with change tracking: the stored rows the request replaced or removed, and the rows it wrote
+    # (destination.changes.events.pair_changes turns them into the version's events)
+    before: pa.Table | None = None
+    after: pa.Table | None = None
 
 
 def key_columns(table_def: TableDef) -> list[ColumnDef]:
@@ -81,7 +84,7 @@ def meta_column(version: int, changes: pa.Array) -> pa.Array:
 
 
 def _apply_round(state: pa.Table, state_keys: pa.Array, ops: pa.Table, table_def: TableDef, version: int,
-                 counts: MergeCounts, before: list[pa.Table]) -> tuple[pa.Table, pa.Array]:
+                 counts: MergeCounts) -> tuple[pa.Table, pa.Array]:
     op = ops.column(OP).combine_chunks()
     op_keys = ops.column(KEY).combine_chunks()
     idx = pc.index_in(op_keys, value_set=state_keys) if len(state_keys) else pa.nulls(len(op_keys), pa.int32())
@@ -95,9 +98,6 @@ def _apply_round(state: pa.Table, state_keys: pa.Array, ops: pa.Table, table_def
     counts.deleted += pc.sum(pc.and_(is_delete, exists)).as_py() or 0
     counts.ignored += pc.sum(pc.and_(pc.or_(is_update, is_delete), pc.invert(exists))).as_py() or 0
 
-    touched_existing = pc.filter(idx, exists)
-    if len(touched_existing):
-        before.append(state.take(touched_existing))
     new_ops = ops.filter(writes)
     new_idx = pc.filter(idx, writes)
     schema = arrow_schema(table_def.columns)
@@ -122,17 +122,23 @@ def _apply_round(state: pa.Table, state_keys: pa.Array, ops: pa.Table, table_def
     return state, state_keys
 
 
-def merge_bucket(stored: pa.Table, ops: pa.Table, table_def: TableDef, version: int) -> MergeResult:
+def merge_bucket(stored: pa.Table, ops: pa.Table, table_def: TableDef, version: int,
+                 track_changes: bool = False) -> MergeResult:
     """Apply `ops` (one bucket of one request) to `stored` (the bucket's rows that may be affected)."""
     schema = arrow_schema(table_def.columns)
     state = stored.select(schema.names).cast(schema) if stored.num_rows else schema.empty_table()
     state_keys = key_tokens(state, key_columns(table_def)) if state.num_rows else pa.array([], pa.string())
+    initial, initial_keys = state, state_keys
     counts = MergeCounts()
-    before: list[pa.Table] = []
-    occ = occurrence(ops.column(KEY).combine_chunks(), ops.column(SEQ).combine_chunks())
+    op_keys = ops.column(KEY).combine_chunks()
+    occ = occurrence(op_keys, ops.column(SEQ).combine_chunks())
     rounds = int(occ.max()) + 1 if len(occ) else 0
     for r in range(rounds):
         round_ops = ops.filter(pa.array(occ == r))
-        state, state_keys = _apply_round(state, state_keys, round_ops, table_def, version, counts, before)
-    prior = pa.concat_tables(before) if before else None
-    return MergeResult(state, counts, prior)
+        state, state_keys = _apply_round(state, state_keys, round_ops, table_def, version, counts)
+    if not track_changes:
+        return MergeResult(state, counts)
+    # every operation on a stored key rewrites or removes that row, so the keys of the request delimit both sides
+    touched = pc.unique(op_keys)
+    return MergeResult(state, counts, initial.filter(pc.is_in(initial_keys, value_set=touched)),
+                       state.filter(pc.is_in(state_keys, value_set=touched)))

@@ -14,8 +14,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
-from destination.storage.base import Storage, StorageSpec, open_storage
+from destination.changes.events import ChangeEvents, deletes, empty_events, pair_changes, updates
+from destination.changes.files import ChangeTarget, format_staged, write_events, write_snapshot
+from destination.changes.metadata import ROWS, SNAPSHOT
 from destination.conversion import convert_column
+from destination.storage.base import Storage, StorageSpec, open_storage
 from destination.table_model import TableDef
 from destination.table_store.datafiles import DataFile, align, read_data_file, write_data_file
 from destination.table_store.layout import data_file_name
@@ -35,10 +38,19 @@ class JobContext:
     target_dir: str  # where new files are written
     table: dict[str, Any]  # TableDef JSON of the new version
     version: int
+    changes: dict[str, Any] | None = None  # ChangeTarget JSON when the version writes change files
 
     @property
     def table_def(self) -> TableDef:
         return TableDef.from_json(self.table)
+
+    @property
+    def change_target(self) -> ChangeTarget | None:
+        return ChangeTarget.from_json(self.changes) if self.changes else None
+
+    @property
+    def tracks_row_changes(self) -> bool:
+        return self.changes is not None and self.changes["kind"] == ROWS
 
 
 @dataclass
@@ -46,15 +58,24 @@ class TaskResult:
     new_files: list[dict[str, Any]] = field(default_factory=list)
     replaced: list[str] = field(default_factory=list)  # names of base files rewritten (not carried)
     counts: dict[str, int] = field(default_factory=dict)
+    changes: list[dict[str, Any]] = field(default_factory=list)  # change files written (destination.changes.files)
 
 
 def _finish(storage: Storage, ctx: JobContext, table: pa.Table, table_def: TableDef, bucket: int | None,
-            replaced: list[str], counts: dict[str, int]) -> dict[str, Any]:
-    """A task's result: `table` written as one new data file of `bucket` (none when it is empty)."""
+            replaced: list[str], counts: dict[str, int], events: ChangeEvents | None = None) -> dict[str, Any]:
+    """A task's result: `table` written as one new data file of `bucket` (none when it is empty), and with
+    change files on, the task's events (a row-level version) or `table` itself (a snapshot version)."""
     out = TaskResult(replaced=replaced, counts=counts)
     if table.num_rows:
         out.new_files.append(write_data_file(storage, ctx.target_dir, data_file_name(bucket), table, table_def,
                                              bucket).to_json())
+    target = ctx.change_target
+    if target is not None:
+        if target.kind == SNAPSHOT:
+            part = write_snapshot(storage, target, table_def, bucket, table)
+        else:
+            part = write_events(storage, target, table_def, bucket, events or empty_events(table_def))
+        out.changes += [part] if part else []
     return out.__dict__
 
 
@@ -90,9 +111,15 @@ def merge_bucket_task(ctx: JobContext, unit: dict[str, Any]) -> dict[str, Any]:
         stored_parts.append(align(read_data_file(storage, ctx.base_dir or "", f.name), table_def))
     stored = pa.concat_tables(stored_parts) if stored_parts else align(pa.table({}), table_def)
     merge = merge_history_bucket if table_def.is_history else merge_bucket
-    result = merge(stored, ops, table_def, ctx.version)
-    return _finish(storage, ctx, result.table, table_def, unit["bucket"], [f.name for f in rewrite],
-                   result.counts.as_dict())
+    result = merge(stored, ops, table_def, ctx.version, track_changes=ctx.tracks_row_changes)
+    counts = result.counts.as_dict()
+    events = None
+    if ctx.tracks_row_changes and result.before is not None and result.after is not None:
+        target = ctx.change_target
+        assert target is not None
+        paired = pair_changes(result.before, result.after, table_def, target.change_settings.emit_noop_updates)
+        events, counts["noop_updates"] = paired.events, paired.noop_updates
+    return _finish(storage, ctx, result.table, table_def, unit["bucket"], [f.name for f in rewrite], counts, events)
 
 
 def before_cutoff_ms(synced: pa.Array, cutoff_us: int) -> pa.Array:
@@ -114,12 +141,13 @@ def truncate_file_task(ctx: JobContext, unit: dict[str, Any]) -> dict[str, Any]:
     if deleted_col:  # the driver added the column to the table first if it was missing
         current = table.column(deleted_col)
         newly = pc.and_(hit, pc.invert(pc.fill_null(current, False)))
-        table = table.set_column(table.column_names.index(deleted_col), deleted_col, pc.if_else(hit, True, current))
-        counts = {"updated": pc.sum(newly).as_py() or 0}
+        updated = table.set_column(table.column_names.index(deleted_col), deleted_col, pc.if_else(hit, True, current))
+        events = updates(table.filter(newly), updated.filter(newly), table_def) if ctx.tracks_row_changes else None
+        table, counts = updated, {"updated": pc.sum(newly).as_py() or 0}
     else:
-        table = table.filter(pc.invert(hit))
-        counts = {"deleted": pc.sum(hit).as_py() or 0}
-    return _finish(storage, ctx, table, table_def, f.bucket, [f.name], counts)
+        events = deletes(table.filter(hit), table_def) if ctx.tracks_row_changes else None
+        table, counts = table.filter(pc.invert(hit)), {"deleted": pc.sum(hit).as_py() or 0}
+    return _finish(storage, ctx, table, table_def, f.bucket, [f.name], counts, events)
 
 
 def rewrite_file_task(ctx: JobContext, unit: dict[str, Any]) -> dict[str, Any]:
@@ -185,3 +213,23 @@ def latest_versions_task(ctx: JobContext, unit: dict[str, Any]) -> dict[str, Any
     return _finish(storage, ctx, table, ctx.table_def, unit["bucket"], [f.name for f in files],
                    {"versions_dropped": versions.num_rows - latest.num_rows, "deleted": int(deleted.sum()),
                     "converted_failures": failures})
+
+
+def format_changes_task(ctx: JobContext, unit: dict[str, Any]) -> dict[str, Any]:
+    """unit: {part, totals_before}. Phase 2 of an Arcion change directory: format one staged file."""
+    target = ctx.change_target
+    assert target is not None
+    part = format_staged(open_storage(ctx.storage), target, ctx.table_def, unit["part"], unit["totals_before"])
+    return TaskResult(changes=[part]).__dict__
+
+
+def snapshot_changes_task(ctx: JobContext, unit: dict[str, Any]) -> dict[str, Any]:
+    """unit: {directory, file}. The snapshot change file of one data file of the new version (for versions
+    whose files were not written by a Spark task: table copies)."""
+    target = ctx.change_target
+    assert target is not None
+    storage = open_storage(ctx.storage)
+    f = DataFile.from_json(unit["file"])
+    rows = align(read_data_file(storage, unit["directory"], f.name), ctx.table_def)
+    part = write_snapshot(storage, target, ctx.table_def, f.bucket, rows)
+    return TaskResult(changes=[part] if part else []).__dict__

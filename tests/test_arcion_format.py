@@ -3,19 +3,18 @@ its layout, the seed's table hashes are reproduced, and a small Arcion-style con
 (its own RFC 4180 tokenizer that knows quoted from unquoted fields) reads every type back exactly."""
 from __future__ import annotations
 
-import base64
 import datetime as dt
 import decimal
 import json
-import struct
 from typing import Any
 
 import pyarrow as pa
 
-from destination.changes.arcion import (ChangeEvents, arcion_csv, arcion_json, csv_header, full_exists,
-                                        java_objects_hash, minimal_images, table_name)
+from destination.changes.arcion import (RealtimeRows, full_exists, java_objects_hash, minimal_images, realtime_csv,
+                                        realtime_header, realtime_json, table_name)
 from destination.table_model import ColumnDef
 from destination.type_mapping import arrow_type
+from tests.change_consumer import parse, tokenize
 
 REGION = [ColumnDef("r_regionkey", "INT", True), ColumnDef("r_comment", "STRING"), ColumnDef("r_name", "STRING")]
 
@@ -29,7 +28,7 @@ def counts(i: int, u: int, d: int) -> str:
     return json.dumps({"insertCount": i, "updateCount": u, "deleteCount": d, "replaceCount": 0}, separators=(",", ":"))
 
 
-def region_events() -> ChangeEvents:
+def region_events() -> RealtimeRows:
     """INSERT (10, 'India', 'India'); UPDATE SET r_comment = 'USA' WHERE r_regionkey = 10; DELETE it."""
     op = pa.array(["I", "U", "D"])
     row = {"r_regionkey": 10, "r_comment": "India", "r_name": "India"}
@@ -38,55 +37,23 @@ def region_events() -> ChangeEvents:
     modified = {"r_comment": pa.array([True, True, False])}
     old, new, exists = minimal_images(op, before, after, modified, ["r_regionkey"])
     cursor = pa.array([json.dumps({"extractorId": 0, "v": 2, "version": 7, "file": "b0000.csv", "row": i}) for i in range(3)])
-    return ChangeEvents(op, old, new, exists, cursor, pa.array([counts(6, 0, 0), counts(6, 1, 0), counts(6, 1, 1)]))
-
-
-def tokenize(text: str, null_token: str) -> list[list[str | None]]:
-    """RFC 4180 rows; an unquoted field equal to the null token is NULL, a quoted one is text."""
-    rows: list[list[str | None]] = []
-    row: list[str | None] = []
-    i, n = 0, len(text)
-    while i < n:
-        if text[i] == '"':
-            j, chunk = i + 1, []
-            while True:
-                k = text.index('"', j)
-                chunk.append(text[j:k])
-                if k + 1 < n and text[k + 1] == '"':
-                    chunk.append('"')
-                    j = k + 2
-                    continue
-                i = k + 1
-                break
-            row.append("".join(chunk))
-        else:
-            j = i
-            while j < n and text[j] not in ",\n":
-                j += 1
-            raw = text[i:j]
-            row.append(None if raw == null_token else raw)
-            i = j
-        if i >= n or text[i] == "\n":
-            rows.append(row)
-            row = []
-        i += 1
-    return rows
+    return RealtimeRows(op, old, new, exists, cursor, pa.array([counts(6, 0, 0), counts(6, 1, 0), counts(6, 1, 1)]))
 
 
 def test_seed_region_examples_in_csv() -> None:
-    lines = tokenize(arcion_csv(region_events(), REGION).decode(), "NULL")
+    lines = tokenize(realtime_csv(region_events(), REGION).decode(), "NULL")
     # the seed's first 3x+1 fields, alphabetical triplets (r_comment, r_name, r_regionkey)
     assert [f for f in lines[0][:10]] == ["India", None, "1", "India", None, "1", "10", None, "1", "I"]
     assert [f for f in lines[1][:10]] == ["USA", None, "1", None, None, "0", None, "10", "2", "U"]
     assert [f for f in lines[2][:10]] == [None, None, "0", None, None, "0", None, "10", "2", "D"]
     assert [json.loads(line[11])["deleteCount"] for line in lines] == [0, 0, 1]
     assert all(len(line) == 3 * 3 + 3 and json.loads(line[10])["v"] == 2 for line in lines)
-    assert arcion_csv(region_events(), REGION, header=True).decode().splitlines()[0] == csv_header(REGION)
-    assert csv_header(REGION).startswith("r_comment__new,r_comment__old,r_comment__exists,r_name__new")
+    assert realtime_csv(region_events(), REGION, header=True).decode().splitlines()[0] == ",".join(realtime_header(REGION))
+    assert ",".join(realtime_header(REGION)).startswith("r_comment__new,r_comment__old,r_comment__exists,r_name__new")
 
 
 def test_seed_region_examples_in_json() -> None:
-    objects = [json.loads(line) for line in arcion_json(region_events(), REGION, "io_blitzz", "region").splitlines()]
+    objects = [json.loads(line) for line in realtime_json(region_events(), REGION, "io_blitzz", "region").splitlines()]
     assert objects[0]["tableName"] == {"namespace": {"catalog": None, "schema": "io_blitzz", "hash": 696406511},
                                        "name": "region", "hash": -821029210}
     assert objects[0]["after"] == {"r_regionkey": "10", "r_comment": "India", "r_name": "India"}
@@ -111,18 +78,6 @@ ALL_TYPES = [ColumnDef("id", "INT", True), ColumnDef("s", "STRING"), ColumnDef("
 UTC = dt.timezone.utc
 
 
-def parse(text: str | None, col: ColumnDef) -> Any:
-    """The consumer's side: text back to a typed value."""
-    if text is None:
-        return None
-    return {
-        "INT": int, "LONG": int, "STRING": str, "BINARY": base64.b64decode, "DECIMAL": decimal.Decimal,
-        "FLOAT": lambda v: struct.unpack("f", struct.pack("f", float(v)))[0], "DOUBLE": float, "BOOLEAN": lambda v: v == "true",
-        "UTC_DATETIME": lambda v: dt.datetime.fromisoformat(v.replace("Z", "+00:00")),
-        "NAIVE_DATETIME": dt.datetime.fromisoformat, "NAIVE_DATE": dt.date.fromisoformat, "NAIVE_TIME": dt.time.fromisoformat,
-    }[col.type](text)
-
-
 def test_a_consumer_replays_full_images_of_every_type_exactly() -> None:
     tricky = [
         {"id": 1, "s": 'a,b "quoted"\nnext line', "b": b"\x00\xff", "d": decimal.Decimal("12345.1234567890"),
@@ -140,14 +95,14 @@ def test_a_consumer_replays_full_images_of_every_type_exactly() -> None:
     op = pa.array(["I", "I", "I", "I", "U", "D"])
     before = image(ALL_TYPES, [None, None, None, None, tricky[0], gone])
     after = image(ALL_TYPES, [*tricky, gone, updated, None])
-    events = ChangeEvents(op, before, after, full_exists(op, [c.name for c in ALL_TYPES]),
+    events = RealtimeRows(op, before, after, full_exists(op, [c.name for c in ALL_TYPES]),
                           pa.array(["{}"] * 6), pa.array(["{}"] * 6))
     replica: dict[int, dict[str, Any]] = {}
     names = sorted(c.name for c in ALL_TYPES)
     by_name = {c.name: c for c in ALL_TYPES}
-    for fields in tokenize(arcion_csv(events, ALL_TYPES, null_token="NULL").decode(), "NULL"):
-        new = {name: parse(fields[3 * i], by_name[name]) for i, name in enumerate(names)}
-        old = {name: parse(fields[3 * i + 1], by_name[name]) for i, name in enumerate(names)}
+    for fields in tokenize(realtime_csv(events, ALL_TYPES, null_token="NULL").decode(), "NULL"):
+        new = {name: parse(fields[3 * i], by_name[name].type) for i, name in enumerate(names)}
+        old = {name: parse(fields[3 * i + 1], by_name[name].type) for i, name in enumerate(names)}
         if fields[-3] == "D":
             del replica[old["id"]]
         else:

@@ -61,10 +61,11 @@ def merged(before: pa.Table, request: pa.Table) -> list[tuple[Any, ...]]:
 
 def test_a_version_with_an_existing_start_replaces_it() -> None:
     base = stored(version(1, "a", at(10)))
-    result = merge_history_bucket(base, ops((REPLACE, version(1, "b", at(10)), set())), TABLE, 2)
+    result = merge_history_bucket(base, ops((REPLACE, version(1, "b", at(10)), set())), TABLE, 2, track_changes=True)
     assert [(r["name"], r["_fivetran_start"]) for r in result.table.to_pylist()] == [("b", at(10))]
     assert (result.counts.inserted, result.counts.updated) == (0, 1)
     assert result.before is not None and result.before.column("name").to_pylist() == ["a"]
+    assert result.after is not None and result.after.column("name").to_pylist() == ["b"]
     assert json.loads(result.table.column("_destination_meta")[0].as_py())["version"] == 2
 
 
@@ -117,12 +118,14 @@ def test_update_of_a_key_without_versions_inserts_nothing_even_when_repeated() -
     assert result.counts.ignored == 2
 
 
-def test_earliest_removes_later_versions_and_reports_their_prior_images() -> None:
+def test_earliest_removes_later_versions_and_reports_both_images() -> None:
     base = stored(version(1, "a", at(10), end=at(20) - dt.timedelta(milliseconds=1), active=False),
                   version(1, "b", at(20)), version(2, "z", at(5)))
     request = ops((EARLIEST, {"id": 1, "_fivetran_start": at(15)}, set()),
                   (REPLACE, version(1, "c", at(15)), set()))
-    result = merge_history_bucket(base, request, TABLE, 2)
+    result = merge_history_bucket(base, request, TABLE, 2, track_changes=True)
     assert (result.counts.deleted, result.counts.updated, result.counts.inserted) == (1, 1, 1)
     assert result.before is not None and sorted(result.before.column("name").to_pylist()) == ["a", "b"]
+    # written: the new version and the earlier one it closed; the untouched key 2 is on neither side
+    assert result.after is not None and sorted(result.after.column("name").to_pylist()) == ["a", "c"]
     assert sorted(r["name"] for r in result.table.to_pylist()) == ["a", "c", "z"]

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import pyarrow as pa
 import pytest
@@ -12,7 +11,7 @@ from destination.storage.base import Storage
 from destination.table_model import ColumnDef, TableDef
 from destination.table_store import layout
 from destination.table_store.datafiles import align, read_data_file, write_data_file
-from destination.table_store.store import PendingVersion, Retention, TableStore, TableVersion
+from destination.table_store.store import PendingVersion, Retention, TableStore, TableVersion, VersionTarget
 from destination.validator import validate_version
 
 TABLE = TableDef("events", (ColumnDef("id", "LONG", True), ColumnDef("v", "STRING"),
@@ -26,12 +25,12 @@ class SimulatedCrash(BaseException):
 
 def appender(storage: Storage, first_id: int, n: int = 3):  # type: ignore[no-untyped-def]
     """A produce() that adds n new rows as one new file and carries every existing file."""
-    def produce(base: TableVersion | None, target: str) -> PendingVersion:
+    def produce(base: TableVersion | None, target: VersionTarget) -> PendingVersion:
         rows = pa.table({"id": pa.array(range(first_id, first_id + n), pa.int64()),
                          "v": [f"row {i}" for i in range(first_id, first_id + n)],
                          "_fivetran_synced": pa.array([1_700_000_000_000_000 + i for i in range(n)], pa.timestamp("us", tz="UTC")),
                          "_destination_meta": pa.nulls(n, pa.string())})
-        new = write_data_file(storage, target, layout.data_file_name(first_id % 16), rows, TABLE, first_id % 16)
+        new = write_data_file(storage, target.directory, layout.data_file_name(first_id % 16), rows, TABLE, first_id % 16)
         return PendingVersion(TABLE, [new], list(base.files) if base else [], {"kind": "test"})
     return produce
 

@@ -4,6 +4,7 @@
     <root>/<S>/<T>/_log/<20-digit N>.json        commit record, created if absent (the commit point)
     <root>/<S>/<T>/_log/<20-digit N>.claim       the writer preparing version N (removed on commit)
     <root>/<S>/<T>/v<20-digit N>/                a complete records directory
+    <root>/<S>/<T>/changes/v<20-digit N>/        the changes of version N (itself a records directory)
 """
 from __future__ import annotations
 
@@ -37,6 +38,14 @@ def version_dir(prefix: str, version: int) -> str:
     return f"{prefix}/{version_dir_name(version)}"
 
 
+def changes_root(prefix: str) -> str:
+    return f"{prefix}/changes"
+
+
+def changes_dir(prefix: str, version: int) -> str:
+    return f"{changes_root(prefix)}/{version_dir_name(version)}"
+
+
 def log_path(prefix: str, version: int) -> str:
     return f"{prefix}/_log/{version:0{VERSION_DIGITS}d}.json"
 
@@ -49,7 +58,7 @@ def latest_path(prefix: str) -> str:
     return f"{prefix}/_latest"
 
 
-def data_file_name(bucket: int | None) -> str:
+def data_file_name(bucket: int | None, extension: str = "parquet") -> str:
     """Fresh, never reused names; the bucket is visible in the name for humans."""
     tag = f"b{bucket:04d}" if bucket is not None else "empty"
-    return f"{tag}-{uuid.uuid4().hex}.parquet"
+    return f"{tag}-{uuid.uuid4().hex}.{extension}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from destination.table_model import DESTINATION_META, TableDef
+from destination.table_model import DESTINATION_META, ColumnDef, TableDef
 from destination.type_mapping import meta_records_field, records_field
 
 FORMAT_FILE = "_format_parquet"
@@ -16,15 +16,22 @@ TABLE_JSON = "_table.json"
 METADATA_FILES = (SCHEMA_JSON, SCHEMA_LEGACY, FORMAT_FILE, FILES_JSON, TABLE_JSON)
 
 
-def schema_json(table: TableDef) -> dict[str, Any]:
-    """records schema v1: `fields` in file column order, `index` 1..n, `_destination_meta` last."""
+def schema_document(fields: dict[str, Any]) -> dict[str, Any]:
+    """A records schema v1 document; `fields` in file column order with `index` 1..n."""
+    return {"schema": "bltypes/v1", "fields": fields, "known_representations": {"origin": {"type": "sql/fivetran"}}}
+
+
+def column_fields(columns: list[ColumnDef], table: TableDef) -> dict[str, Any]:
+    """Schema fields of `columns` (the table's own, then any others), numbered from 1."""
     keys = table.key_columns if any(c.primary_key for c in table.columns) else []
-    fields: dict[str, Any] = {}
-    for i, col in enumerate(table.columns, start=1):
-        fields[col.name] = records_field(col, i, single_key=len(keys) == 1)
+    return {col.name: records_field(col, i, single_key=len(keys) == 1) for i, col in enumerate(columns, start=1)}
+
+
+def schema_json(table: TableDef) -> dict[str, Any]:
+    """records schema v1 of a data file: the table's columns, `_destination_meta` last."""
+    fields = column_fields(list(table.columns), table)
     fields[DESTINATION_META] = meta_records_field(len(table.columns) + 1)
-    return {"schema": "bltypes/v1", "fields": fields,
-            "known_representations": {"origin": {"type": "sql/fivetran"}}}
+    return schema_document(fields)
 
 
 def manifest_json(entries: list[tuple[str, int]]) -> dict[str, Any]:

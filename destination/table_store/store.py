@@ -21,11 +21,12 @@ import threading
 import time
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from destination import logs
 from destination.errors import CommitConflict, StorageError
+from destination.changes.metadata import ChangeParts, ChangeSet
 from destination.storage.base import Storage
 from destination.table_model import TableDef
 from destination.table_store import layout, records
@@ -57,6 +58,7 @@ class TableVersion:
     prefix: str
     committed_at: float = 0.0
     recent_batches: tuple[str, ...] = ()
+    change_totals: dict[str, int] = field(default_factory=dict)  # running operation totals of the change files
 
     @property
     def directory(self) -> str:
@@ -67,6 +69,16 @@ class TableVersion:
         return sum(f.rows for f in self.files)
 
 
+@dataclass(frozen=True)
+class VersionTarget:
+    """The version a writer prepares: where its files go and its timestamp (also its changes' commit time)."""
+
+    version: int
+    directory: str  # v<N>/
+    changes_directory: str  # changes/v<N>/
+    timestamp: float  # seconds since the epoch; recorded as the version's committed_at
+
+
 @dataclass
 class PendingVersion:
     """What a writer produced for version N+1, before commit."""
@@ -75,6 +87,10 @@ class PendingVersion:
     new_files: list[DataFile]
     carried: list[DataFile]
     operation: dict[str, Any]
+    # with change files on: what the tasks wrote into the change directory (None: nothing yet, the writer
+    # snapshots the version's files), and the completed directory (written by the store before the commit record)
+    change_parts: ChangeParts | None = None
+    changes: ChangeSet | None = None
 
 
 class AlreadyApplied(Exception):
@@ -129,6 +145,7 @@ class TableStore:
             files=tuple(DataFile.from_json(f) for f in files["files"]), prefix=prefix,
             committed_at=float(meta.get("committed_at", 0.0)),
             recent_batches=tuple(meta.get("recent_batches", ())),
+            change_totals=dict(meta.get("change_totals", {})),
         )
 
     def list_schemas(self) -> list[str]:
@@ -140,13 +157,14 @@ class TableStore:
     # ---- writing ---------------------------------------------------------------------------
 
     def write(self, schema: str, table: str,
-              produce: Callable[[TableVersion | None, str], PendingVersion | None],
+              produce: Callable[[TableVersion | None, VersionTarget], PendingVersion | None],
               *, batch_id: str | None = None) -> TableVersion | None:
-        """Run `produce(base, target_directory)` and commit what it returns as the next version.
+        """Run `produce(base, target)` and commit what it returns as the next version.
 
-        `produce` writes its new data files into target_directory and returns the pending
-        version, or None when there is nothing to change. It is called again on a fresh base
-        if another writer commits first. Raises AlreadyApplied for a batch_id committed before.
+        `produce` writes its new data files into target.directory (and any change files into
+        target.changes_directory) and returns the pending version, or None when there is nothing
+        to change. It is called again on a fresh base if another writer commits first. Raises
+        AlreadyApplied for a batch_id committed before.
         """
         prefix = layout.table_prefix(schema, table)
         deadline = time.monotonic() + CLAIM_WAIT_SECONDS
@@ -167,13 +185,14 @@ class TableStore:
                 base = self._load_version(schema, prefix, base_n) if base_n else None
                 if batch_id and base is not None and batch_id in base.recent_batches:
                     raise AlreadyApplied(base.version)
-                directory = layout.version_dir(prefix, target)
-                pending = produce(base, directory)
+                spot = VersionTarget(target, layout.version_dir(prefix, target), layout.changes_dir(prefix, target),
+                                     time.time())
+                pending = produce(base, spot)
                 if pending is None:
                     self._abandon(prefix, target)
                     return base
                 self._fault("after_data_files")
-                committed = self._commit(schema, prefix, base, target, pending, batch_id)
+                committed = self._commit(schema, prefix, base, target, pending, batch_id, spot.timestamp)
             except Exception:  # AlreadyApplied included: nothing to commit
                 self._abandon(prefix, target)
                 raise
@@ -203,7 +222,7 @@ class TableStore:
         if not self._claim_is_stale(holder):
             return False
         logs.warning(f"{prefix}: taking over version {target} from a writer that stopped before committing")
-        self.storage.delete_prefix(layout.version_dir(prefix, target))
+        self._clear_unfinished(prefix, target)
         self.storage.delete(path)
         return self.storage.create_exclusive(path, body) or False
 
@@ -219,10 +238,25 @@ class TableStore:
                 pass
         return time.time() - float(holder.get("at", 0)) > self.claim_lease_seconds
 
+    def _clear_unfinished(self, prefix: str, target: int) -> None:
+        self.storage.delete_prefix(layout.version_dir(prefix, target))
+        self.storage.delete_prefix(layout.changes_dir(prefix, target))
+
+    def _write_changes(self, prefix: str, target: int, changes: ChangeSet) -> None:
+        """The change directory's metadata, then its `_manifest` (last, as in every records directory)."""
+        s = self.storage
+        directory = layout.changes_dir(prefix, target)
+        for name, body in changes.metadata.items():
+            s.write_bytes(f"{directory}/{name}", body)
+        s.write_bytes(f"{directory}/{records.MANIFEST}", records.dumps(
+            records.manifest_json([(s.url(f"{directory}/{name}"), size) for name, size in changes.files])))
+
     def _commit(self, schema: str, prefix: str, base: TableVersion | None, target: int,
-                pending: PendingVersion, batch_id: str | None) -> TableVersion:
+                pending: PendingVersion, batch_id: str | None, committed_at: float) -> TableVersion:
         s = self.storage
         directory = layout.version_dir(prefix, target)
+        if pending.changes is not None:
+            self._write_changes(prefix, target, pending.changes)
         carried = [f for f in pending.carried if f.rows > 0]
         if base is not None:
             for f in carried:
@@ -231,7 +265,7 @@ class TableStore:
         if not files:  # an empty table is one zero-row data file (Redshift COPY needs a file)
             files = [write_data_file(s, directory, layout.data_file_name(None), empty_table(pending.table),
                                      pending.table, None)]
-        committed_at = time.time()
+        totals = pending.changes.totals if pending.changes is not None else dict(base.change_totals if base else {})
         schema_doc = records.dumps(records.schema_json(pending.table))
         s.write_bytes(f"{directory}/{records.SCHEMA_JSON}", schema_doc)
         s.write_bytes(f"{directory}/{records.SCHEMA_LEGACY}", schema_doc)
@@ -240,17 +274,19 @@ class TableStore:
         recent = (*(base.recent_batches if base else ()), *((batch_id,) if batch_id else ()))[-RECENT_BATCHES:]
         s.write_bytes(f"{directory}/{records.TABLE_JSON}", records.dumps({
             "schema": schema, "table": pending.table.to_json(), "version": target,
-            "committed_at": committed_at, "recent_batches": list(recent)}))
+            "committed_at": committed_at, "recent_batches": list(recent), "change_totals": totals}))
         s.write_bytes(f"{directory}/{records.MANIFEST}", records.dumps(
             records.manifest_json([(s.url(f"{directory}/{f.name}"), f.bytes) for f in files])))
         self._fault("before_commit_record")
         record = {"version": target, "directory": layout.version_dir_name(target), "committed_at": committed_at,
                   "operation": pending.operation, "batch_id": batch_id, "writer": self.writer_id}
+        if pending.changes is not None:
+            record["changes"] = {"directory": f"changes/{layout.version_dir_name(target)}", **pending.changes.summary}
         if not s.create_exclusive(layout.log_path(prefix, target), records.dumps(record)):
             raise CommitConflict(f"{prefix!r}: version {target} was committed by another writer during this write")
         self._fault("after_commit_record")
         return TableVersion(schema=schema, version=target, table=pending.table, files=tuple(files), prefix=prefix,
-                            committed_at=committed_at, recent_batches=recent)
+                            committed_at=committed_at, recent_batches=recent, change_totals=totals)
 
     def _finish(self, prefix: str, committed: TableVersion) -> None:
         s = self.storage
@@ -265,7 +301,7 @@ class TableStore:
 
     def _abandon(self, prefix: str, target: int) -> None:
         try:
-            self.storage.delete_prefix(layout.version_dir(prefix, target))
+            self._clear_unfinished(prefix, target)
             self.storage.delete(layout.claim_path(prefix, target))
         except Exception as exc:  # best effort: a leftover is cleaned up by takeover or retention
             logs.warning(f"{prefix}: could not clean up unfinished version {target}: {exc}")
@@ -274,7 +310,8 @@ class TableStore:
 
     def collect_garbage(self, prefix: str, latest: int) -> list[str]:
         """Delete versions older than the newest `keep_versions` once superseded for `min_age_seconds`,
-        and uncommitted leftovers (no commit record, no live claim) older than that age."""
+        and uncommitted leftovers (no commit record, no live claim) older than that age. The change
+        directories of committed versions are kept: consumers read them at their own pace."""
         now = time.time()
         removed: list[str] = []
         keep_from = latest - self.retention.keep_versions + 1
@@ -290,6 +327,7 @@ class TableStore:
                 newest = max((o.mtime for o in self.storage.list_recursive(f"{prefix}/{name}")), default=0.0)
                 if now - newest < self.retention.min_age_seconds:
                     continue
+                self.storage.delete_prefix(layout.changes_dir(prefix, n))  # committed versions keep their changes
             self.storage.delete_prefix(f"{prefix}/{name}")
             self.storage.delete(layout.claim_path(prefix, n))
             removed.append(name)
