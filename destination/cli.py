@@ -2,12 +2,16 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from destination import logs
 
 
 def _serve(args: argparse.Namespace) -> int:
+    # Before grpc is imported: the server forks only to exec Spark's JVM gateway, and with gRPC's fork handlers on
+    # that child can die on a closed epoll descriptor before it execs (grpc/grpc#43055), failing Spark's start.
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
     from destination.server import serve
     from destination.settings import ServerOptions
 

@@ -14,11 +14,13 @@ import binascii
 import datetime as dt
 import decimal
 import json
+import json.scanner
 import math
 import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -50,21 +52,33 @@ class _Bad(Exception):
         self.change, self.reason, self.replacement = change, reason, replacement
 
 
-def convert_column(values: pa.Array, col: ColumnDef) -> tuple[pa.Array, list[Failure]]:
+JsonSeen = dict[str, bool]  # JSON texts already checked, and whether they were JSON (one per column and file)
+JSON_SEEN_LIMIT = 65_536
+
+
+def convert_column(values: pa.Array, col: ColumnDef, json_seen: JsonSeen | None = None) -> tuple[pa.Array, list[Failure]]:
     """Convert a string (or binary, for BINARY) array to the column's Arrow type.
 
-    Nulls stay null. Returns the typed array and the failures, one per bad value.
+    Nulls stay null. Returns the typed array and the failures, one per bad value. `json_seen` carries a
+    JSON column's checked texts from one block of a file to the next.
     """
     target = arrow_type(col)
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
     if col.type == "JSON":
-        return _python_fallback(values, col, target)
+        return _convert_json(values, col, target, {} if json_seen is None else json_seen)
     if values.type == target:
         return values, []
     if col.type == "BINARY":
         return _convert_binary(values, col)
-    if col.type not in ("NAIVE_TIME",):
+    if col.type == "NAIVE_TIME":  # Arrow has no text → time cast: parse on a fixed day, keep the time of day
+        for normalize in (False, True):
+            text = _normalize_timestamps(values, col) if normalize else values
+            try:
+                return pc.cast(pc.binary_join_element_wise("1970-01-01T", text, ""), pa.timestamp("us")).cast(target), []
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                pass
+    else:
         try:
             return _within_calendar(pc.cast(values, target), col)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
@@ -99,17 +113,22 @@ def _within_calendar(typed: pa.Array, col: ColumnDef) -> tuple[pa.Array, list[Fa
 
 
 def _normalize_timestamps(values: pa.Array, col: ColumnDef) -> pa.Array:
-    """Cut fractions to microseconds; a naive column also drops a trailing `Z`."""
+    """Cut fractions to microseconds; a naive column (or a time of day) also drops a trailing `Z`."""
     out = pc.replace_substring_regex(values, _FRACTION_OVER_US.pattern, r"\1")
-    if col.type == "NAIVE_DATETIME":
+    if col.type in ("NAIVE_DATETIME", "NAIVE_TIME"):
         out = pc.replace_substring_regex(out, r"Z$", "")
     return out
 
 
 def _convert_binary(values: pa.Array, col: ColumnDef) -> tuple[pa.Array, list[Failure]]:
-    """BINARY arrives base64-encoded; text that is not valid base64 is kept as its raw UTF-8 bytes."""
+    """BINARY arrives base64-encoded; text that is not valid base64 is kept as its raw UTF-8 bytes.
+    Canonical base64 (the usual case) is decoded vectorized; anything else goes value by value."""
     if pa.types.is_binary(values.type) or pa.types.is_large_binary(values.type):
         return values.cast(pa.binary()), []
+    canonical = pc.fill_null(pc.match_substring_regex(values, _CANONICAL_BASE64), False)
+    if pc.all(pc.or_(canonical, pc.is_null(values))).as_py():
+        decoded = b64decode_array(pc.fill_null(values, ""))
+        return pc.if_else(pc.is_null(values), pa.scalar(None, pa.binary()), decoded), []
     out: list[bytes | None] = []
     failures: list[Failure] = []
     for i, v in enumerate(values.to_pylist()):
@@ -122,6 +141,65 @@ def _convert_binary(values: pa.Array, col: ColumnDef) -> tuple[pa.Array, list[Fa
             out.append(v.encode("utf-8"))
             failures.append(Failure(i, col.name, TRUNCATED, SERIALIZATION_ERROR))
     return pa.array(out, pa.binary()), failures
+
+
+_CANONICAL_BASE64 = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+_SEXTET = np.zeros(256, dtype=np.uint8)
+_SEXTET[np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", dtype=np.uint8)] = np.arange(64)
+
+
+def b64decode_array(text: pa.Array) -> pa.Array:
+    """Decode an array of canonical base64 strings (see _CANONICAL_BASE64; no nulls) with numpy.
+    Written by hand because neither pyarrow nor the standard library decodes many values at once: each value's
+    length is a multiple of 4, so the values' concatenated characters are whole 4-character groups."""
+    text = text.cast(pa.string())
+    n = len(text)
+    offsets = np.frombuffer(text.buffers()[1], dtype=np.int32)[text.offset:text.offset + n + 1].astype(np.int64)
+    chars = np.frombuffer(text.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]] if n else np.zeros(0, np.uint8)
+    s = _SEXTET[chars].reshape(-1, 4)
+    groups = np.stack([(s[:, 0] << 2) | (s[:, 1] >> 4), ((s[:, 1] & 15) << 4) | (s[:, 2] >> 2),
+                       ((s[:, 2] & 3) << 6) | s[:, 3]], axis=1).astype(np.uint8).reshape(-1)
+    lengths = np.diff(offsets)
+    ends = offsets[1:] - offsets[0]
+    eq = np.uint8(ord("="))
+    pads = np.zeros(n, dtype=np.int64)
+    has = lengths > 0
+    pads[has] = (chars[ends[has] - 1] == eq).astype(np.int64) + (chars[ends[has] - 2] == eq).astype(np.int64)
+    full = lengths // 4 * 3
+    keep_len = full - pads
+    within = np.arange(int(full.sum()), dtype=np.int64) - np.repeat(np.cumsum(full) - full, full)
+    data = groups[within < np.repeat(keep_len, full)]
+    new_offsets = np.concatenate([[0], np.cumsum(keep_len)]).astype(np.int32)
+    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(new_offsets.tobytes()), pa.py_buffer(data.tobytes())])
+
+
+_JSON_SCAN = json.scanner.make_scanner(json.JSONDecoder())
+_JSON_SPACE = re.compile(r"[ \t\n\r]*")
+
+
+def _is_json(text: str) -> bool:
+    """What json.loads accepts, without its per-call wrapping (the scanner is the C one)."""
+    try:
+        _value, end = _JSON_SCAN(text, _JSON_SPACE.match(text, 0).end())  # type: ignore[union-attr]
+    except (StopIteration, ValueError, RecursionError):
+        return False
+    return _JSON_SPACE.match(text, end).end() == len(text)  # type: ignore[union-attr]
+
+
+def _convert_json(values: pa.Array, col: ColumnDef, target: pa.DataType, seen: JsonSeen) -> tuple[pa.Array, list[Failure]]:
+    """JSON stays text; a value that is not JSON becomes NULL with a recorded change. Each distinct value is
+    checked once (JSON columns repeat values often), and `seen` remembers the checks across blocks."""
+    text = values.cast(target)
+    encoded = pc.dictionary_encode(text)
+    if len(seen) > JSON_SEEN_LIMIT:
+        seen.clear()
+    valid = np.fromiter((seen[v] if v in seen else seen.setdefault(v, _is_json(v))
+                         for v in encoded.dictionary.to_pylist()), dtype=bool, count=len(encoded.dictionary))
+    bad = pc.fill_null(pc.invert(pc.take(pa.array(valid), encoded.indices)), False)
+    if not pc.any(bad).as_py():
+        return text, []
+    rows = pc.indices_nonzero(bad).to_pylist()
+    return pc.if_else(bad, pa.scalar(None, target), text), [Failure(i, col.name, NULLED, SERIALIZATION_ERROR) for i in rows]
 
 
 def _python_fallback(values: pa.Array, col: ColumnDef, target: pa.DataType) -> tuple[pa.Array, list[Failure]]:

@@ -21,7 +21,7 @@ from destination import logs
 from destination.changes.settings import change_settings
 from destination.errors import BadRequest, CommitConflict, DestinationError, UserActionRequired, scrub
 from destination.migrations import migrate, migration_target
-from destination.ops_builder import build_operations
+from destination.ops_builder import plan_batch
 from destination.protocol import common, sdk, sdk_grpc
 from destination.proto_convert import file_format, table_from_proto, table_to_proto
 from destination.settings import TEST_SPARK, TEST_STORAGE, ServerOptions, configuration_form, storage_spec
@@ -185,15 +185,19 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         kind = self.options.batch_file_format
         if any(".parquet" in os.path.basename(p) for paths in files.values() for p in paths):
             kind = "parquet"
-        ops = build_operations(current.table, files, dict(request.keys), file_format(request.file_params, kind))
-        if ops.failures_by_column:
-            logs.warning(f"[{rpc}] {schema}.{table}: values that did not convert to their column type were stored "
-                         f"as NULL (BINARY: raw bytes) and recorded in _destination_meta: {ops.failures_by_column}")
+        # executors of a Spark cluster cannot read this machine's disk: the files' bytes travel with the job
+        ship_bytes = not self.options.spark_master.startswith("local")
+        plan = plan_batch(files, dict(request.keys), file_format(request.file_params, kind), ship_bytes)
         try:
-            outcome = backend.writer.write_batch(schema, table, ops, rpc)
+            outcome = backend.writer.write_batch(schema, table, plan, rpc)
         except AlreadyApplied as done:
-            return sdk.WriteBatchResponse(success=True), f"{ops.rows} rows already applied in version {done.version} (retried request)"
-        return sdk.WriteBatchResponse(success=True), f"{ops.rows} rows from {ops.files} files: {outcome.counts}, version {outcome.version}"
+            return sdk.WriteBatchResponse(success=True), f"{len(plan.files)} files already applied in version {done.version} (retried request)"
+        if outcome.failures_by_column:
+            logs.warning(f"[{rpc}] {schema}.{table}: values that did not convert to their column type were stored "
+                         f"as NULL (BINARY: raw bytes) and recorded in _destination_meta: {outcome.failures_by_column}")
+        return sdk.WriteBatchResponse(success=True), (f"{outcome.rows} rows from {len(plan.files)} files: "
+                                                      f"{outcome.counts}, version {outcome.version} "
+                                                      f"({outcome.timing_text()})")
 
     @_rpc("WriteBatch", sdk.WriteBatchResponse, lambda r: (r.schema_name, r.table.name))
     def WriteBatch(self, request: Any, backend: Backend, schema: str, table: str) -> tuple[Any, str]:

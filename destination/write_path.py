@@ -5,8 +5,11 @@ with counts for the RPC's log line.
 """
 from __future__ import annotations
 
+import os
 import re
+import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable
 
 import numpy as np
@@ -18,23 +21,28 @@ from destination.changes.files import STAGING, ChangeTarget, write_empty
 from destination.changes.metadata import ROWS, SNAPSHOT, ZERO_TOTALS, ChangeParts, ChangeSet, change_set
 from destination.changes.settings import ChangeSettings
 from destination.errors import BadRequest, DestinationError, StorageError, TableNotFound, UserActionRequired
-from destination.ops_builder import Operations
+from destination.ops_builder import BatchFileRef, BatchPlan, bucket_chunks, file_operations, with_keys
 from destination.table_model import SYNCED, ColumnDef, TableDef
 from destination.table_store.datafiles import DataFile, align, read_data_file
 from destination.table_store.store import PendingVersion, TableStore, TableVersion, VersionTarget
 from destination.type_mapping import normalize_column
 from spark_jobs.alter import convert_table
-from spark_jobs.keys import buckets, key_tokens
-from spark_jobs.merge import BUCKET, CHANGES, KEY, OP, REPLACE, SEQ, UNMOD, key_columns
-from spark_jobs.runner import TaskFn, run_units
-from spark_jobs.tasks import (JobContext, format_changes_task, merge_bucket_task, rewrite_file_task,
-                              snapshot_changes_task, to_ipc, truncate_file_task)
+from spark_jobs.merge import CHANGES, OP, REPLACE, SEQ, UNMOD
+from spark_jobs.runner import ReduceFn, TaskFn, run_shuffled, run_units
+from spark_jobs.tasks import (JobContext, decode_file_task, distinct, format_changes_task, load_files_task, merge_bucket_task,
+                              merge_shuffled_task, rewrite_file_task, snapshot_changes_task, truncate_file_task)
 
 
 @dataclass
 class Outcome:
     version: int | None  # None: the table does not exist
     counts: dict[str, int] = field(default_factory=dict)
+    rows: int = 0  # operations read from the request's files
+    failures_by_column: dict[str, int] = field(default_factory=dict)  # values that did not convert
+    timings: dict[str, float] = field(default_factory=dict)  # seconds: the Spark job, and its tasks summed
+
+    def timing_text(self) -> str:
+        return ", ".join(f"{k} {v:.1f}s" for k, v in self.timings.items())
 
 
 @dataclass
@@ -45,41 +53,121 @@ class JobOutput:
     replaced: set[str]  # base files rewritten (not carried)
     counts: dict[str, int]
     changes: list[dict[str, Any]]  # change files, in unit order
+    meta: dict[str, Any] = field(default_factory=dict)  # a shuffled write's request counts
 
-    def change_parts(self, kind: str) -> ChangeParts:
-        return ChangeParts(kind, self.changes, self.counts.get("noop_updates", 0))
+    task_seconds: float = 0.0  # summed over the tasks that report it
 
-
-Producer = Callable[[TableVersion | None, VersionTarget], PendingVersion | None]
-
-
-class WritePath:
-    def __init__(self, store: TableStore, spark: Callable[[], SparkSession],
-                 changes: ChangeSettings | None = None) -> None:
-        self.store = store
-        self._spark = spark
-        self.changes = changes or ChangeSettings()
-
-    # ---- helpers -------------------------------------------------------------------------
-
-    def _run(self, task: TaskFn, schema: str, base: TableVersion | None, target: VersionTarget, table: TableDef,
-             units: list[dict[str, Any]], description: str, kind: str = SNAPSHOT) -> JobOutput:
-        """Run `task` over `units` as one Spark job writing version `target`; with change files on, the tasks
-        also write the version's change files of `kind` (ROWS: their events, SNAPSHOT: the rows they write)."""
-        changes = self._change_target(schema, target, kind).to_json() if self.changes.enabled else None
-        ctx = JobContext(self.store.storage.spec, base.directory if base else None, target.directory,
-                         table.to_json(), target.version, changes)
-        try:
-            results = run_units(self._spark(), task, ctx, units, description)
-        except Exception as exc:
-            raise _task_error(exc) from None
+    @staticmethod
+    def of(results: list[dict[str, Any]]) -> "JobOutput":
+        meta = next((r["meta"] for r in results if "meta" in r), {})
+        results = [r for r in results if "meta" not in r]
+        task_seconds = sum(r.get("seconds", 0.0) for r in results)
         counts: dict[str, int] = {}
         for r in results:
             for k, v in r["counts"].items():
                 counts[k] = counts.get(k, 0) + v
         return JobOutput([DataFile.from_json(f) for r in results for f in r["new_files"]],
                          {name for r in results for name in r["replaced"]}, counts,
-                         [c for r in results for c in r["changes"]])
+                         [c for r in results for c in r["changes"]], meta, task_seconds)
+
+    def change_parts(self, kind: str) -> ChangeParts:
+        return ChangeParts(kind, self.changes, self.counts.get("noop_updates", 0))
+
+
+Producer = Callable[[TableVersion | None, VersionTarget], PendingVersion | None]
+SMALL_REQUEST_BYTES = 16 << 20  # batch files up to this size (as sent) are decoded on the driver
+
+
+def small_request_bytes() -> int:
+    """RECORDS_DESTINATION_SMALL_REQUEST_BYTES overrides the default (0: every request goes through Spark tasks)."""
+    return int(os.environ.get("RECORDS_DESTINATION_SMALL_REQUEST_BYTES", SMALL_REQUEST_BYTES))
+
+
+class WritePath:
+    def __init__(self, store: TableStore, spark: Callable[[], SparkSession],
+                 changes: ChangeSettings | None = None, small_request: int | None = None) -> None:
+        self.store = store
+        self._spark = spark
+        self.changes = changes or ChangeSettings()
+        self.small_request = small_request_bytes() if small_request is None else small_request
+
+    # ---- helpers -------------------------------------------------------------------------
+
+    def _context(self, schema: str, base: TableVersion | None, target: VersionTarget, table: TableDef,
+                 kind: str) -> JobContext:
+        changes = self._change_target(schema, target, kind).to_json() if self.changes.enabled else None
+        return JobContext(self.store.storage.spec, base.directory if base else None, target.directory,
+                          table.to_json(), target.version, changes)
+
+    def _run(self, task: TaskFn, schema: str, base: TableVersion | None, target: VersionTarget, table: TableDef,
+             units: list[dict[str, Any]], description: str, kind: str = SNAPSHOT) -> JobOutput:
+        """Run `task` over `units` as one Spark job writing version `target`; with change files on, the tasks
+        also write the version's change files of `kind` (ROWS: their events, SNAPSHOT: the rows they write)."""
+        ctx = self._context(schema, base, target, table, kind)
+        try:
+            return JobOutput.of(run_units(self._spark(), task, ctx, units, description))
+        except Exception as exc:
+            raise _task_error(exc) from None
+
+    def _merge_small(self, schema: str, base: TableVersion, target: VersionTarget, plan: BatchPlan,
+                     files_by_bucket: dict[int, list[dict[str, Any]]], description: str) -> JobOutput:
+        """A small request: decoded here, merged by one task per bucket it touches (a shuffle's two stages
+        cost more than the decode itself at this size)."""
+        parts, failures, rows = [], {}, 0
+        for ref in plan.files:
+            ops = file_operations(base.table, ref, plan.fmt)
+            parts += ops.parts
+            rows += ops.rows
+            for name, n in ops.failures_by_column.items():
+                failures[name] = failures.get(name, 0) + n
+        units = [{"bucket": b, "chunks": [chunk], "files": files_by_bucket.get(b, [])}
+                 for b, chunk in (bucket_chunks(pa.concat_tables(parts)) if parts else [])]
+        out = self._run(merge_bucket_task, schema, base, target, base.table, units, description, ROWS)
+        out.meta = {"rows": rows, "failures_by_column": failures}
+        return out
+
+    def _load_empty(self, schema: str, base: TableVersion, target: VersionTarget, plan: BatchPlan,
+                    description: str) -> JobOutput | None:
+        """A write into an empty table: one load task per core over a share of the files, merging per bucket
+        where it decodes (no shuffle). None, with nothing left behind, when a key is in two files: such a
+        request needs the shuffle (the rows of one key must meet in one merge)."""
+        spark = self._spark()
+        inserts = [ref for ref in plan.files if ref.kind == "replace"]  # earliest-start rows: nothing to close
+        if not inserts:
+            return None
+        groups = balanced_groups(inserts, spark.sparkContext.defaultParallelism)
+        ctx = self._context(schema, base, target, base.table, ROWS)
+        try:
+            results = run_units(spark, load_files_task, ctx, [{"refs": g, "fmt": plan.fmt} for g in groups],
+                                description)
+        except Exception as exc:
+            raise _task_error(exc) from None
+        loads = [r.pop("load") for r in results]
+        out = JobOutput.of(results)
+        hashes = np.concatenate([np.frombuffer(load["key_hashes"], dtype=np.uint64) for load in loads])
+        if len(distinct(hashes)) != len(hashes):
+            storage = self.store.storage
+            for f in out.new_files:
+                storage.delete(f"{target.directory}/{f.name}")
+            storage.delete_prefix(target.changes_directory)
+            return None
+        failures: dict[str, int] = {}
+        for load in loads:
+            for name, n in load["failures_by_column"].items():
+                failures[name] = failures.get(name, 0) + n
+        out.meta = {"rows": sum(load["rows"] for load in loads), "failures_by_column": failures}
+        out.task_seconds = sum(load["seconds"] for load in loads)
+        return out
+
+    def _run_shuffled(self, schema: str, base: TableVersion, target: VersionTarget, units: list[dict[str, Any]],
+                      reduce: ReduceFn, description: str) -> JobOutput:
+        """decode_file_task over the request's files, the shuffle by bucket, `reduce` per bucket (row changes)."""
+        ctx = self._context(schema, base, target, base.table, ROWS)
+        try:
+            return JobOutput.of(run_shuffled(self._spark(), decode_file_task, reduce, ctx, units,
+                                             base.table.bucket_count + 1, description))
+        except Exception as exc:
+            raise _task_error(exc) from None
 
     def _change_target(self, schema: str, target: VersionTarget, kind: str) -> ChangeTarget:
         return ChangeTarget(self.changes.to_json(), target.changes_directory, target.version,
@@ -185,8 +273,8 @@ class WritePath:
             if SYNCED in converted.column_names:
                 converted = converted.take(pc.sort_indices(converted, sort_keys=[(SYNCED, "ascending")]))
             ops = _stored_rows_as_replace_ops(converted, new)
-            out = self._run(merge_bucket_task, schema, None, target, new, bucket_units(ops, None),
-                            f"rekey {schema}.{new.name}")
+            units = [{"bucket": b, "chunks": [chunk], "files": []} for b, chunk in bucket_chunks(ops)]
+            out = self._run(merge_bucket_task, schema, None, target, new, units, f"rekey {schema}.{new.name}")
             return PendingVersion(new, out.new_files, [], {"kind": "alter_table_primary_key"}, out.change_parts(SNAPSHOT))
         committed = self.commit(schema, new.name, produce)
         return Outcome(committed.version if committed else None)
@@ -204,25 +292,42 @@ class WritePath:
 
     # ---- WriteBatch -----------------------------------------------------------------------
 
-    def write_batch(self, schema: str, table_name: str, ops: Operations, rpc: str = "WriteBatch") -> Outcome:
-        """Merge one request's operations (plain or history, by the table's mode: spark_jobs.tasks)."""
-        stats: dict[str, int] = {}
+    def write_batch(self, schema: str, table_name: str, plan: BatchPlan, rpc: str = "WriteBatch") -> Outcome:
+        """Merge one request's batch files (plain or history, by the table's mode: spark_jobs.tasks) as one
+        Spark job: a task per file decodes it and splits its operations by bucket, the shuffle brings each
+        bucket's operations to one merge task."""
+        outcome = Outcome(None)
 
         def produce(base: TableVersion | None, target: VersionTarget) -> PendingVersion | None:
             if base is None:
                 raise TableNotFound(f"{rpc}: table {schema}.{table_name} does not exist; CreateTable must come first")
-            if ops.rows == 0:
+            files_by_bucket: dict[int, list[dict[str, Any]]] = {}
+            for f in base.files:
+                if f.rows and f.bucket is not None:
+                    files_by_bucket.setdefault(f.bucket, []).append(f.to_json())
+            description = f"{rpc} {schema}.{table_name}"
+            started = time.perf_counter()
+            if plan.total_bytes <= self.small_request:
+                out = self._merge_small(schema, base, target, plan, files_by_bucket, description)
+            else:
+                out = self._load_empty(schema, base, target, plan, description) if loads_empty(base, plan) else None
+            if out is None:
+                units = [{"ref": ref, "fmt": plan.fmt} for ref in plan.files]
+                out = self._run_shuffled(schema, base, target, units, partial(merge_shuffled_task, files_by_bucket),
+                                         description)
+            outcome.counts, outcome.failures_by_column, outcome.rows = out.counts, out.meta.get(
+                "failures_by_column", {}), int(out.meta.get("rows", 0))
+            outcome.timings = {"job": time.perf_counter() - started, "decode_task_s": out.meta.get("decode_seconds", 0.0),
+                               "merge_task_s": out.task_seconds}
+            if outcome.rows == 0:
                 return None
-            out = self._run(merge_bucket_task, schema, base, target, base.table, bucket_units(ops.table, base),
-                            f"{rpc} {schema}.{table_name}", ROWS)
             carried = [f for f in base.files if f.name not in out.replaced]
-            stats.clear()
-            stats.update(out.counts)
             kind = "write_history_batch" if rpc == "WriteHistoryBatch" else "write_batch"
             return PendingVersion(base.table, out.new_files, carried, {"kind": kind, "counts": out.counts},
                                   out.change_parts(ROWS))
-        committed = self.commit(schema, table_name, produce, batch_id=ops.batch_id)
-        return Outcome(committed.version if committed else None, stats)
+        committed = self.commit(schema, table_name, produce, batch_id=plan.batch_id)
+        outcome.version = committed.version if committed else None
+        return outcome
 
     # ---- Truncate -------------------------------------------------------------------------
 
@@ -269,20 +374,22 @@ class WritePath:
         return Outcome(committed.version if committed else current.version, stats)
 
 
-def bucket_units(ops: pa.Table, base: TableVersion | None) -> list[dict[str, Any]]:
-    """One unit per touched bucket: its operations (Arrow IPC) and the base files of that bucket."""
-    order = pc.sort_indices(ops, sort_keys=[(BUCKET, "ascending"), (SEQ, "ascending")])
-    ops = ops.take(order)
-    bucket_ids = ops.column(BUCKET).to_numpy()
-    boundaries = np.flatnonzero(np.diff(bucket_ids)) + 1
-    starts = np.concatenate([[0], boundaries]) if len(bucket_ids) else np.array([], dtype=int)
-    ends = np.concatenate([boundaries, [len(bucket_ids)]]) if len(bucket_ids) else np.array([], dtype=int)
-    units = []
-    for s, e in zip(starts, ends):
-        bucket = int(bucket_ids[s])
-        files = [f.to_json() for f in (base.files if base else ()) if f.bucket == bucket and f.rows]
-        units.append({"bucket": bucket, "ops": to_ipc(ops.slice(int(s), int(e - s))), "files": files})
-    return units
+def loads_empty(base: TableVersion, plan: BatchPlan) -> bool:
+    """Whether the request can skip the shuffle: an empty table, and only rows to insert (a history table's
+    earliest-start rows close stored versions, of which there are none)."""
+    return base.rows == 0 and all(ref.kind in ("replace", "earliest") for ref in plan.files)
+
+
+def balanced_groups(refs: list[BatchFileRef], count: int) -> list[list[BatchFileRef]]:
+    """`refs` in at most `count` groups of about equal bytes (largest first, each to the lightest group)."""
+    sizes = {ref.position: len(ref.data) if ref.data is not None else os.path.getsize(ref.path) for ref in refs}
+    groups: list[list[BatchFileRef]] = [[] for _ in range(max(1, min(count, len(refs))))]
+    loads = [0] * len(groups)
+    for ref in sorted(refs, key=lambda r: -sizes[r.position]):
+        lightest = loads.index(min(loads))
+        groups[lightest].append(ref)
+        loads[lightest] += sizes[ref.position]
+    return [g for g in groups if g]
 
 
 def _stored_rows_as_replace_ops(stored: pa.Table, table: TableDef) -> pa.Table:
@@ -293,9 +400,7 @@ def _stored_rows_as_replace_ops(stored: pa.Table, table: TableDef) -> pa.Table:
     ops = ops.append_column(CHANGES, pa.nulls(n, pa.string()))
     for c in table.columns:
         ops = ops.append_column(UNMOD + c.name, pa.array(np.zeros(n, dtype=bool)))
-    tokens = key_tokens(ops, key_columns(table)) if n else pa.array([], pa.string())
-    ops = ops.append_column(KEY, tokens)
-    return ops.append_column(BUCKET, pa.array(buckets(tokens, table.bucket_count)))
+    return with_keys(ops, table)
 
 
 def plan_alter(current: TableDef, requested: TableDef, drop_columns: bool) -> TableDef:
@@ -340,7 +445,8 @@ def _task_error(exc: Exception) -> Exception:
     found = _TASK_ERROR.findall(text)
     if found:
         name, message = found[-1]
-        cls = {"StorageError": StorageError, "BadRequest": BadRequest, "TableNotFound": TableNotFound}.get(name, StorageError)
+        cls = {"StorageError": StorageError, "BadRequest": BadRequest, "BadBatchFile": BadRequest,
+               "TableNotFound": TableNotFound}.get(name, StorageError)
         return cls(message.strip())
     last = [line for line in text.splitlines() if line.strip()]
     return DestinationError(f"Spark job failed: {last[-1] if last else type(exc).__name__}")

@@ -144,6 +144,8 @@ class _Bucket:
             return pa.array([], pa.string())
         names = [c.name for c in self.table_def.columns]
         prior_mask = pc.is_in(self.keys, value_set=_col(rows, KEY))
+        if not pc.any(prior_mask).as_py() and pc.count_distinct(_col(rows, KEY)).as_py() == rows.num_rows:
+            return self._first_versions(rows, names)
         prior = self.state.filter(prior_mask)
         n_prior, n_new = prior.num_rows, rows.num_rows
         combined = pa.concat_tables([prior.select(names), rows.select(names)])
@@ -195,11 +197,26 @@ class _Bucket:
         self.keys = pa.concat_arrays([self.keys, pc.filter(keys, pa.array(survivors))])
         return pc.unique(pc.filter(keys, pa.array(survivors)))
 
+    def _first_versions(self, rows: pa.Table, names: list[str]) -> pa.Array:
+        """The general rules for keys with no stored version and one row each (an initial load): a replace row
+        is the key's first version; an update row has no version before it and inserts nothing."""
+        replace = pc.equal(_col(rows, OP), REPLACE)
+        self.counts.ignored += rows.num_rows - (pc.sum(replace).as_py() or 0)
+        rows = rows.filter(replace)
+        new_rows = _fill_open_versions(rows.select(names))
+        new_rows = new_rows.append_column(DESTINATION_META, meta_column(self.version, _col(rows, CHANGES))) \
+            .append_column(_ROW, pa.nulls(new_rows.num_rows, pa.int64()))
+        self.counts.inserted += new_rows.num_rows
+        self.state = pa.concat_tables([self.state, new_rows.select(self.state.column_names).cast(self.state.schema)])
+        keys = _col(rows, KEY)
+        self.keys = pa.concat_arrays([self.keys, keys])
+        return keys
+
     # ---- 3. chain the versions of the keys that changed --------------------------------------
 
     def chain(self, touched: pa.Array) -> None:
-        if not len(touched):
-            return
+        if not len(touched) or pc.count_distinct(self.keys).as_py() == len(self.keys):
+            return  # no key has two versions: nothing to chain
         order = pc.sort_indices(pa.table({"k": self.keys, "s": self.state.column(START).cast(_TS)}),
                                 sort_keys=[("k", "ascending"), ("s", "ascending")]).to_numpy()
         keys = pc.take(self.keys, pa.array(order))

@@ -61,8 +61,16 @@ def run_start_index(sorted_keys: pa.Array) -> np.ndarray:
     return np.maximum.accumulate(np.where(run_starts(sorted_keys), np.arange(len(sorted_keys)), 0))
 
 
-def buckets(tokens: pa.Array, bucket_count: int) -> np.ndarray:
+def key_hashes(tokens: pa.Array) -> np.ndarray:
+    """64-bit hashes of key tokens (equal keys, equal hashes); the bucket is the hash modulo the bucket count."""
     if len(tokens) == 0:
-        return np.zeros(0, dtype=np.int32)
-    hashed = pd.util.hash_array(np.asarray(tokens.to_numpy(zero_copy_only=False), dtype=object), categorize=False)
-    return (hashed % np.uint64(bucket_count)).astype(np.int32)
+        return np.zeros(0, dtype=np.uint64)
+    return pd.util.hash_array(np.asarray(tokens.to_numpy(zero_copy_only=False), dtype=object), categorize=False)
+
+
+def buckets_of(hashes: np.ndarray, bucket_count: int) -> np.ndarray:
+    return (hashes % np.uint64(bucket_count)).astype(np.int32)
+
+
+def buckets(tokens: pa.Array, bucket_count: int) -> np.ndarray:
+    return buckets_of(key_hashes(tokens), bucket_count)

@@ -22,6 +22,7 @@ from spark_jobs.keys import key_tokens, run_start_index
 OP = "\x00op"
 SEQ = "\x00seq"
 KEY = "\x00key"
+HASH = "\x00hash"  # 64-bit hash of KEY (spark_jobs.keys.key_hashes)
 BUCKET = "\x00bucket"
 CHANGES = "\x00changes"
 UNMOD = "\x00unmod:"
@@ -65,8 +66,8 @@ def key_columns(table_def: TableDef) -> list[ColumnDef]:
 def occurrence(keys: pa.Array, seq: pa.Array) -> np.ndarray:
     """For each row, how many earlier rows (by seq) have the same key: 0, 1, 2, …"""
     n = len(keys)
-    if n == 0:
-        return np.zeros(0, dtype=np.int64)
+    if n == 0 or pc.count_distinct(keys).as_py() == n:  # distinct keys (the usual request): no sort needed
+        return np.zeros(n, dtype=np.int64)
     order = pc.sort_indices(pa.table({"k": keys, "s": seq}), sort_keys=[("k", "ascending"), ("s", "ascending")])
     occ_sorted = np.arange(n) - run_start_index(pc.take(keys, order))
     out = np.empty(n, dtype=np.int64)
@@ -78,7 +79,7 @@ def meta_column(version: int, changes: pa.Array) -> pa.Array:
     """`_destination_meta` of rows written by `version`, with each row's captured conversion failures."""
     plain = json.dumps({"version": version, "changes": []})
     if changes.null_count == len(changes):
-        return pa.array([plain] * len(changes), pa.string())
+        return pa.array([plain], pa.string()).take(pa.array(np.zeros(len(changes), dtype=np.int32)))
     return pa.array([plain if c is None else f'{{"version": {version}, "changes": {c}}}' for c in changes.to_pylist()],
                     pa.string())
 
@@ -98,8 +99,9 @@ def _apply_round(state: pa.Table, state_keys: pa.Array, ops: pa.Table, table_def
     counts.deleted += pc.sum(pc.and_(is_delete, exists)).as_py() or 0
     counts.ignored += pc.sum(pc.and_(pc.or_(is_update, is_delete), pc.invert(exists))).as_py() or 0
 
-    new_ops = ops.filter(writes)
-    new_idx = pc.filter(idx, writes)
+    every = pc.all(writes).as_py() is not False
+    new_ops = ops if every else ops.filter(writes)
+    new_idx = idx if every else pc.filter(idx, writes)
     schema = arrow_schema(table_def.columns)
     arrays = []
     for f in schema:
@@ -108,8 +110,12 @@ def _apply_round(state: pa.Table, state_keys: pa.Array, ops: pa.Table, table_def
             continue
         # operations carry every column and its unmodified flag (ops_builder): a flagged value keeps the stored one
         incoming = new_ops.column(f.name).combine_chunks()
+        flags = new_ops.column(UNMOD + f.name)
+        if not pc.any(flags).as_py():
+            arrays.append(incoming.cast(f.type))
+            continue
         stored = pc.take(state.column(f.name), new_idx) if len(state) else pa.nulls(len(new_ops), f.type)
-        arrays.append(pc.if_else(new_ops.column(UNMOD + f.name), stored, incoming).cast(f.type))
+        arrays.append(pc.if_else(flags, stored, incoming).cast(f.type))
     written = pa.Table.from_arrays(arrays, schema=schema)
     # every stored row this round touches is removed; replaced and updated ones come back in `written`
     replaced_keys = pc.filter(op_keys, exists)
@@ -134,7 +140,7 @@ def merge_bucket(stored: pa.Table, ops: pa.Table, table_def: TableDef, version: 
     occ = occurrence(op_keys, ops.column(SEQ).combine_chunks())
     rounds = int(occ.max()) + 1 if len(occ) else 0
     for r in range(rounds):
-        round_ops = ops.filter(pa.array(occ == r))
+        round_ops = ops if rounds == 1 else ops.filter(pa.array(occ == r))
         state, state_keys = _apply_round(state, state_keys, round_ops, table_def, version, counts)
     if not track_changes:
         return MergeResult(state, counts)

@@ -19,8 +19,21 @@ SETTINGS = {
     "spark.ui.enabled": "false",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.python.worker.reuse": "true",
+    # shuffled payloads are Arrow IPC chunks of decoded rows; compressing them cost more time than it saved
+    "spark.shuffle.compress": "false",
     "spark.driver.memory": os.environ.get("RECORDS_DESTINATION_DRIVER_MEMORY", "4g"),
 }
+
+
+def _event_log() -> dict[str, str]:
+    """With RECORDS_DESTINATION_SPARK_EVENT_LOG=<dir>, Spark writes its event log there (stage and task metrics
+    for profiling: Spark's history server, or bench/eventlog.py, reads it)."""
+    directory = os.environ.get("RECORDS_DESTINATION_SPARK_EVENT_LOG")
+    if not directory:
+        return {}
+    os.makedirs(directory, exist_ok=True)
+    return {"spark.eventLog.enabled": "true", "spark.eventLog.compress": "false",
+            "spark.eventLog.dir": f"file://{os.path.abspath(directory)}"}
 
 
 def get_session(master: str = "local[*]") -> SparkSession:
@@ -31,7 +44,7 @@ def get_session(master: str = "local[*]") -> SparkSession:
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
             builder = SparkSession.builder.appName("records-destination").master(master)
-            for key, value in SETTINGS.items():
+            for key, value in {**SETTINGS, **_event_log()}.items():
                 builder = builder.config(key, value)
             _session = builder.getOrCreate()
             _session.sparkContext.setLogLevel("ERROR")

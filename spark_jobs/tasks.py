@@ -6,29 +6,31 @@ same code runs in local mode and on a cluster whose executors reach the store.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.ipc as ipc
 
 from destination.changes.events import ChangeEvents, deletes, empty_events, pair_changes, updates
 from destination.changes.files import ChangeTarget, format_staged, write_events, write_snapshot
 from destination.changes.metadata import ROWS, SNAPSHOT
 from destination.conversion import convert_column
+from destination.ops_builder import BatchFileRef, file_operations, from_ipc, split_by_bucket
 from destination.storage.base import Storage, StorageSpec, open_storage
 from destination.table_model import TableDef
-from destination.table_store.datafiles import DataFile, align, read_data_file, write_data_file
+from destination.table_store.datafiles import BucketFiles, DataFile, align, read_data_file, write_data_file
 from destination.table_store.layout import data_file_name
 from spark_jobs.alter import convert_table
 from spark_jobs.keys import key_tokens
 from spark_jobs.history import merge_history_bucket
 from spark_jobs.history_migrations import latest_versions, to_history, version_at
-from spark_jobs.merge import KEY, key_columns, merge_bucket
+from spark_jobs.merge import EARLIEST, HASH, KEY, OP, MergeCounts, key_columns, merge_bucket
 
 MAX_FILES_PER_BUCKET = 8  # compaction policy: a touched bucket with more files is rewritten as one
+META = 0  # the shuffle key of a write's per-file counts; bucket b travels under key b + 1
 
 
 @dataclass(frozen=True)
@@ -79,22 +81,91 @@ def _finish(storage: Storage, ctx: JobContext, table: pa.Table, table_def: Table
     return out.__dict__
 
 
-def to_ipc(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
+def decode_file_task(ctx: JobContext, unit: dict[str, Any]) -> Iterator[tuple[int, Any]]:
+    """Map side of a write: unit {ref: BatchFileRef, fmt: FileFormat}. Decodes the file and emits
+    (bucket + 1, Arrow IPC chunk of that bucket's operations), then (META, the file's counts)."""
+    ref: BatchFileRef = unit["ref"]
+    started = time.perf_counter()
+    ops = file_operations(ctx.table_def, ref, unit["fmt"])
+    chunks = ops.chunks()
+    seconds = time.perf_counter() - started
+    yield from ((bucket + 1, chunk) for bucket, chunk in chunks)
+    yield META, {"rows": ops.rows, "failures_by_column": ops.failures_by_column, "seconds": seconds}
 
 
-def from_ipc(data: bytes) -> pa.Table:
-    return ipc.open_stream(pa.BufferReader(data)).read_all()
+def merge_shuffled_task(files_by_bucket: dict[int, list[dict[str, Any]]], ctx: JobContext, key: int,
+                        payloads: list[Any]) -> dict[str, Any]:
+    """Reduce side of a write: the request's counts (key META), or one bucket's merge over its chunks."""
+    if key == META:
+        failures: dict[str, int] = {}
+        for meta in payloads:
+            for name, n in meta["failures_by_column"].items():
+                failures[name] = failures.get(name, 0) + n
+        return {"meta": {"rows": sum(m["rows"] for m in payloads), "files": len(payloads),
+                         "failures_by_column": failures, "decode_seconds": sum(m["seconds"] for m in payloads)}}
+    bucket = key - 1
+    started = time.perf_counter()
+    result = merge_bucket_task(ctx, {"bucket": bucket, "chunks": payloads, "files": files_by_bucket.get(bucket, [])})
+    result["seconds"] = time.perf_counter() - started
+    return result
+
+
+def load_files_task(ctx: JobContext, unit: dict[str, Any]) -> dict[str, Any]:
+    """unit: {refs: [BatchFileRef], fmt}. A write into an empty table without updates or deletes: each file's
+    operations are merged per bucket here (against no stored rows) and appended to one data file per bucket,
+    with no shuffle. Keys repeated within a file merge as usual; the driver checks with the returned key
+    hashes that no key is in two files (else it redoes the request through the shuffle)."""
+    started = time.perf_counter()
+    storage = open_storage(ctx.storage)
+    table_def = ctx.table_def
+    merge = merge_history_bucket if table_def.is_history else merge_bucket
+    target = ctx.change_target
+    files = BucketFiles(storage, ctx.target_dir, table_def)
+    counts = MergeCounts()
+    changes: list[dict[str, Any]] = []
+    hashes: list[np.ndarray] = []
+    failures: dict[str, int] = {}
+    rows = noops = 0
+    for ref in unit["refs"]:
+        ops = file_operations(table_def, ref, unit["fmt"])
+        rows += ops.rows
+        for name, n in ops.failures_by_column.items():
+            failures[name] = failures.get(name, 0) + n
+        if not ops.parts:
+            continue
+        table = pa.concat_tables(ops.parts)
+        table = table.filter(pc.not_equal(table.column(OP), EARLIEST))  # no stored versions to close
+        hashes.append(distinct(table.column(HASH).to_numpy()))
+        for bucket, part in split_by_bucket(table):
+            result = merge(align(pa.table({}), table_def), part, table_def, ctx.version,
+                           track_changes=target is not None)
+            files.add(bucket, result.table)
+            counts.add(result.counts)
+            if target is not None and result.before is not None and result.after is not None:
+                paired = pair_changes(result.before, result.after, table_def, target.change_settings.emit_noop_updates)
+                noops += paired.noop_updates
+                written = write_events(storage, target, table_def, bucket, paired.events)
+                changes += [written] if written else []
+    out = TaskResult(new_files=[f.to_json() for f in files.close()], counts={**counts.as_dict(), "noop_updates": noops},
+                     changes=changes).__dict__
+    out["load"] = {"rows": rows, "failures_by_column": failures,
+                   "key_hashes": np.concatenate(hashes).tobytes() if hashes else b"",
+                   "seconds": time.perf_counter() - started}
+    return out
+
+
+def distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values, sorted (a sort is several times faster than np.unique's hash table here)."""
+    ordered = np.sort(values)
+    return ordered[np.concatenate([[True], ordered[1:] != ordered[:-1]])] if len(ordered) else ordered
 
 
 def merge_bucket_task(ctx: JobContext, unit: dict[str, Any]) -> dict[str, Any]:
-    """unit: {bucket, ops (IPC bytes), files: [DataFile json of this bucket in the base]}."""
+    """unit: {bucket, chunks (Arrow IPC of the bucket's operations), files: [DataFile json of this bucket in the
+    base]}."""
     storage = open_storage(ctx.storage)
     table_def = ctx.table_def
-    ops = from_ipc(unit["ops"])
+    ops = pa.concat_tables([from_ipc(c) for c in unit["chunks"]]).combine_chunks()
     files = [DataFile.from_json(f) for f in unit["files"]]
     op_keys = ops.column(KEY).combine_chunks()
     kcols = key_columns(table_def)

@@ -12,7 +12,7 @@ import pytest
 from destination.batch.reader import FileFormat
 from destination.changes.settings import ChangeSettings
 from destination.cli import main
-from destination.ops_builder import build_operations
+from destination.ops_builder import plan_batch
 from destination.protocol import common, sdk
 from destination.storage.base import Storage, open_storage
 from destination.table_model import ColumnDef, TableDef
@@ -142,7 +142,7 @@ def writer(store: TableStore, spark, fmt: str = "parquet") -> WritePath:  # type
 
 def ops(tmp_path: Path, first: int, fmt: FileFormat = FMT) -> Any:
     files = batch(tmp_path, first)
-    return build_operations(TABLE, files, {p: KEY for p in files["replace"]}, fmt)
+    return plan_batch(files, {p: KEY for p in files["replace"]}, fmt)
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "arcion-csv"])

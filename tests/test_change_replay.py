@@ -20,14 +20,14 @@ from destination.validator import validate_directory
 from tests.change_consumer import replay
 from tests.conftest import s3_configuration, spec_of
 from tests.rpc_helpers import rows_of
-from tests.test_conformance import CLICKHOUSE_FILES, MIGRATION_FILES, SDK_FILES
+from tests.test_conformance import ALL_INPUTS
 
 VARIANTS: dict[str, dict[str, str]] = {
     "arcion-csv": {"changes": "arcion-csv", "changes_include_header": "true", "changes_emit_noop_updates": "true"},
     "arcion-json": {"changes": "arcion-json", "changes_image": "minimal", "changes_emit_noop_updates": "true"},
     "parquet": {"changes": "parquet"},  # no-op updates left out (the default)
 }
-INPUTS = [*CLICKHOUSE_FILES, *SDK_FILES, *MIGRATION_FILES]
+INPUTS = ALL_INPUTS
 
 
 def check_replay(configuration: dict[str, str], schema: str = "tester") -> dict[str, Any]:

@@ -23,6 +23,7 @@ CLICKHOUSE_FILES = sorted((INPUTS / "clickhouse").glob("input_*.json"))
 SDK_FILES = [INPUTS / "fivetran_partner_sdk" / "input.json",
              *sorted((INPUTS / "fivetran_partner_sdk" / "operations_on_nonexistent_records").glob("*.json"))]
 MIGRATION_FILES = sorted(INPUTS.glob("*/schema_migrations_input_*.json"))
+ALL_INPUTS = [*CLICKHOUSE_FILES, *SDK_FILES, *MIGRATION_FILES]
 
 
 class InvariantHarness(Harness):

@@ -79,3 +79,30 @@ def test_dates_outside_years_1_to_9999_are_captured(kw, value):  # type: ignore[
     out, failures = conv(["9999-12-31" if kw["type"] == "NAIVE_DATE" else "9999-12-31T23:59:59.999999", value], **kw)
     assert out[1] is None and out[0] is not None
     assert failures == [(1, NULLED, SIZE_LIMITATION)]
+
+
+def test_vectorized_base64_matches_the_standard_library() -> None:
+    import base64
+    import os
+
+    from destination.conversion import b64decode_array
+
+    raw = [os.urandom(n) for n in [0, 1, 2, 3, 4, 5, 30, 31, 32, 255] * 20]
+    text = [base64.b64encode(b).decode() for b in raw]
+    sliced = pa.array(["pad", *text])[1:]  # an array that starts at an offset
+    assert b64decode_array(sliced).to_pylist() == raw
+    out, failures = conv([text[1], None, "QR==", "not base64!", text[8]], type="BINARY")
+    assert out == [raw[1], None, b"A", b"not base64!", raw[8]]  # the fast path falls back per value when needed
+    assert failures == [(3, TRUNCATED, SERIALIZATION_ERROR)]
+
+
+def test_times_and_json_in_bulk() -> None:
+    out, failures = conv(["23:59:59.9999999Z", "00:00", None, "12:34:56"] * 500, type="NAIVE_TIME")
+    assert failures == [] and out[:4] == [dt.time(23, 59, 59, 999999), dt.time(0, 0), None, dt.time(12, 34, 56)]
+    out, failures = conv(["25:00", "12:00"], type="NAIVE_TIME")
+    assert out == [None, dt.time(12)] and failures == [(0, NULLED, SERIALIZATION_ERROR)]
+    values = ['{"a": [1, 2]}', " 3 ", '"text"', "{not json", None, "[1] [2]", "NaN"] * 300
+    out, failures = conv(values, type="JSON")
+    bad = {i for i, v in enumerate(values) if v in ("{not json", "[1] [2]")}
+    assert [f[0] for f in failures] == sorted(bad)
+    assert all(out[i] is None if i in bad else out[i] == v for i, v in enumerate(values))

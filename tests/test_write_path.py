@@ -13,9 +13,11 @@ import pytest
 
 from destination.protocol import sdk
 from destination.storage.base import open_storage
+from destination.table_model import ColumnDef
+from spark_jobs.keys import buckets, key_tokens
 from destination.table_store.store import TableStore
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING, seal
-from tests.batchfiles import write_csv
+from tests.batchfiles import FMT, write_csv
 from tests.conftest import spec_of
 from tests.rpc_helpers import rows_of, table
 
@@ -181,9 +183,6 @@ def test_cost_follows_the_change_on_a_million_rows(stub, configuration, tmp_path
     assert sum(f.rows for f in added.files if f.name not in names) == 1000
 
     # 1,000 existing keys that all live in two buckets: only those buckets' files are rewritten
-    from destination.table_model import ColumnDef
-    from spark_jobs.keys import buckets, key_tokens
-
     candidates = np.arange(0, 200_000)
     tokens = key_tokens(pa.table({"id": pa.array(candidates)}), [ColumnDef("id", "LONG", True)])
     in_two = candidates[np.isin(buckets(tokens, added.table.bucket_count), [3, 11])][:1000]
@@ -239,3 +238,19 @@ def test_truncate_compares_exact_milliseconds_far_from_1970(stub, configuration,
                                synced_column="_fivetran_synced", utc_delete_before=cutoff)
     assert stub.Truncate(hard).success
     assert sorted(x["id"] for x in rows_of(configuration, "far", "far")) == [2, 3]
+
+
+def test_files_travel_with_the_plan_for_executors_elsewhere(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from destination.ops_builder import file_operations, plan_batch
+    from destination.table_model import TableDef
+
+    path = write_csv(tmp_path / "shipped.csv.zstd.aes", ["id", "v", "n", "_fivetran_synced", "_fivetran_deleted"],
+                     [r(i, f"v{i}") for i in range(10)], KEY)
+    plan = plan_batch({"replace": [str(path)]}, {str(path): KEY}, FMT, ship_bytes=True)
+    same = plan_batch({"replace": [str(path)]}, {str(path): KEY}, FMT)
+    assert plan.batch_id == same.batch_id and same.files[0].data is None
+    path.unlink()  # an executor on another machine cannot read the server's disk
+    definition = TableDef("t", (ColumnDef("id", "INT", True), ColumnDef("v", "STRING"), ColumnDef("n", "LONG"),
+                                ColumnDef("_fivetran_synced", "UTC_DATETIME"), ColumnDef("_fivetran_deleted", "BOOLEAN")))
+    ops = file_operations(definition, plan.files[0], FMT)
+    assert ops.rows == 10

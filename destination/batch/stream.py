@@ -91,14 +91,14 @@ class _DigestReader(io.RawIOBase):
 
 
 def open_plaintext(path: str, *, key: bytes | None, encrypted: bool, compression: str,
-                   digest: "hashlib._Hash | None" = None) -> BinaryIO:
-    """Open a batch file and return a buffered stream of its plaintext.
+                   digest: "hashlib._Hash | None" = None, data: bytes | None = None) -> BinaryIO:
+    """Open a batch file (or `data`, its bytes read elsewhere) and return a buffered stream of its plaintext.
 
     compression is "OFF", "ZSTD" or "GZIP"; the first bytes are checked against
     the magic numbers so a plain file declared compressed (or the reverse) still reads.
     """
     try:
-        raw: BinaryIO = open(path, "rb")
+        raw: BinaryIO = io.BytesIO(data) if data is not None else open(path, "rb")
     except FileNotFoundError:
         raise BadBatchFile(path, "file not found") from None
     except OSError as exc:

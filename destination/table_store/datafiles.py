@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 
 from destination.storage.base import Storage
 from destination.table_model import SYNCED, TableDef
+from destination.table_store.layout import data_file_name
 from destination.type_mapping import arrow_schema
 
 PARQUET_COMPRESSION = "snappy"  # read by Redshift, Spectrum, Spark, pandas and records-mover alike
@@ -77,3 +78,60 @@ def align(table: pa.Table, table_def: TableDef) -> pa.Table:
         else:
             arrays.append(pa.nulls(table.num_rows, f.type))
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+class BucketFiles:
+    """One data file per bucket, written in row groups as rows arrive (a load task's output). Buffers are
+    flushed together once they hold `flush_rows` rows, which bounds the task's memory."""
+
+    def __init__(self, storage: Storage, directory: str, table_def: TableDef, flush_rows: int = 400_000) -> None:
+        self.storage, self.directory, self.table_def = storage, directory, table_def
+        self.schema = arrow_schema(table_def.columns)
+        self.flush_rows = flush_rows
+        self._buffers: dict[int, list[pa.Table]] = {}
+        self._buffered = 0
+        self._open: dict[int, tuple[str, Any, pq.ParquetWriter]] = {}
+        self._stats: dict[int, DataFile] = {}
+
+    def add(self, bucket: int, rows: pa.Table) -> None:
+        if not rows.num_rows:
+            return
+        if not rows.schema.equals(self.schema):
+            rows = rows.select(self.schema.names).cast(self.schema)
+        self._buffers.setdefault(bucket, []).append(rows)
+        self._buffered += rows.num_rows
+        if self._buffered >= self.flush_rows:
+            self.flush()
+
+    def flush(self) -> None:
+        for bucket, parts in self._buffers.items():
+            table = pa.concat_tables(parts)
+            if bucket not in self._open:
+                name = data_file_name(bucket)
+                sink = self.storage.open_output(f"{self.directory}/{name}")
+                self._open[bucket] = (name, sink, pq.ParquetWriter(
+                    sink, self.schema, compression=PARQUET_COMPRESSION, coerce_timestamps="us",
+                    allow_truncated_timestamps=False, store_schema=False))
+                self._stats[bucket] = DataFile(name, 0, 0, bucket)
+            self._open[bucket][2].write_table(table, row_group_size=ROW_GROUP_ROWS)
+            lo, hi = synced_range(table)
+            seen = self._stats[bucket]
+            self._stats[bucket] = DataFile(seen.name, seen.rows + table.num_rows, 0, bucket,
+                                           _extreme(min, seen.min_synced, lo), _extreme(max, seen.max_synced, hi))
+        self._buffers.clear()
+        self._buffered = 0
+
+    def close(self) -> list[DataFile]:
+        self.flush()
+        out = []
+        for bucket, (name, sink, writer) in self._open.items():
+            writer.close()
+            sink.close()
+            stats = self._stats[bucket]
+            out.append(DataFile(name, stats.rows, self.storage.size(f"{self.directory}/{name}"), bucket,
+                                stats.min_synced, stats.max_synced))
+        return out
+
+
+def _extreme(pick: Any, a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else pick(a, b)
