@@ -4,12 +4,13 @@
     one process per core over the files (the best this machine does with the same bytes), no merge;
 (b) the same merges done in one process with pyarrow alone: the table's rows in memory from Parquet, the batch
     applied with vectorized Arrow operations, the whole table written back as Parquet.
+Both keep their Parquet files on the storage of the server's pass they are compared with (a Place: local disk, or
+the S3 server through pyarrow's S3 filesystem).
 """
 from __future__ import annotations
 
 import io
 import os
-import shutil
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import zstandard
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -90,18 +92,35 @@ def decode(f: BatchFile, history: bool) -> Decoded:
     return Decoded(pa.table(columns), unmodified)
 
 
-def _decode_to_parquet(job: tuple[BatchFile, bool, str]) -> int:
-    f, history, out = job
+@dataclass(frozen=True)
+class Place:
+    """Where a baseline keeps its Parquet files: the same storage as the server's pass (local disk or S3)."""
+
+    fs: pafs.FileSystem
+    root: str
+
+    def reset(self) -> None:
+        try:
+            self.fs.delete_dir(self.root)
+        except (FileNotFoundError, OSError):
+            pass
+        self.fs.create_dir(self.root)
+
+    def file(self, i: int) -> str:
+        return f"{self.root}/part-{i:04d}.parquet"
+
+
+def _decode_to_parquet(job: tuple[BatchFile, bool, Place, int]) -> int:
+    f, history, place, i = job
     table = decode(f, history).table
-    pq.write_table(table, out, compression="snappy")
+    pq.write_table(table, place.file(i), compression="snappy", filesystem=place.fs)
     return table.num_rows
 
 
-def raw_decode(files: list[BatchFile], history: bool, out_dir: Path) -> float:
-    """(a): seconds to turn `files` into Parquet files under out_dir, one process per core."""
-    shutil.rmtree(out_dir, ignore_errors=True)
-    out_dir.mkdir(parents=True)
-    jobs = [(f, history, str(out_dir / f"part-{i:04d}.parquet")) for i, f in enumerate(files) if f.kind == "replace"]
+def raw_decode(files: list[BatchFile], history: bool, place: Place) -> float:
+    """(a): seconds to turn `files` into Parquet files at `place`, one process per core."""
+    place.reset()
+    jobs = [(f, history, place, i) for i, f in enumerate(files) if f.kind == "replace"]
     started = time.perf_counter()
     with ProcessPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         rows = sum(pool.map(_decode_to_parquet, jobs))
@@ -112,16 +131,15 @@ def raw_decode(files: list[BatchFile], history: bool, out_dir: Path) -> float:
 
 # ---- (b) the merges in one process --------------------------------------------------------------------------
 
-def _read_state(directory: Path) -> pa.Table:
-    return pq.read_table(directory)
+def _read_state(place: Place) -> pa.Table:
+    return pq.read_table(place.root, filesystem=place.fs)
 
 
-def _write_state(table: pa.Table, directory: Path, parts: int = 16) -> None:
-    shutil.rmtree(directory, ignore_errors=True)
-    directory.mkdir(parents=True)
+def _write_state(table: pa.Table, place: Place, parts: int = 16) -> None:
+    place.reset()
     step = -(-table.num_rows // parts)
     for i in range(parts):
-        pq.write_table(table.slice(i * step, step), directory / f"part-{i:04d}.parquet", compression="snappy")
+        pq.write_table(table.slice(i * step, step), place.file(i), compression="snappy", filesystem=place.fs)
 
 
 def _batch(files: list[BatchFile], kind: str, history: bool) -> Decoded:
@@ -144,7 +162,7 @@ def _filled(batch: Decoded, stored: pa.Table, schema: pa.Schema) -> pa.Table:
                      if f.name in batch.unmodified else rows.column(f.name) for f in schema})
 
 
-def plain_merge(state_dir: Path, files: list[BatchFile], kind: str) -> float:
+def plain_merge(state_dir: Place, files: list[BatchFile], kind: str) -> float:
     """(b) for a plain table: upsert (replace), update (with unmodified columns) or delete; returns seconds."""
     started = time.perf_counter()
     state = _read_state(state_dir)
@@ -165,7 +183,7 @@ def plain_merge(state_dir: Path, files: list[BatchFile], kind: str) -> float:
     return time.perf_counter() - started
 
 
-def soft_truncate(state_dir: Path, cutoff_ms: int) -> float:
+def soft_truncate(state_dir: Place, cutoff_ms: int) -> float:
     started = time.perf_counter()
     state = _read_state(state_dir)
     synced = state.column(SYNCED).cast(pa.timestamp("ms", tz="UTC")).cast(pa.int64())
@@ -176,7 +194,7 @@ def soft_truncate(state_dir: Path, cutoff_ms: int) -> float:
     return time.perf_counter() - started
 
 
-def history_merge(state_dir: Path, files: list[BatchFile], kind: str) -> float:
+def history_merge(state_dir: Place, files: list[BatchFile], kind: str) -> float:
     """(b) for the history table, for this benchmark's pattern (every new version starts after the stored ones):
     new versions close the key's active version 1 ms before their start; deletes close it at their end."""
     started = time.perf_counter()
@@ -206,7 +224,3 @@ def history_merge(state_dir: Path, files: list[BatchFile], kind: str) -> float:
     _write_state(state, state_dir)
     return time.perf_counter() - started
 
-
-def copy_state(source: Path, target: Path) -> None:
-    shutil.rmtree(target, ignore_errors=True)
-    shutil.copytree(source, target)

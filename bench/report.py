@@ -146,8 +146,11 @@ def write_report(run: "Run", path: Path) -> None:
              "![rows per second by scenario](benchmarks.png)", "", "## Targets", "", *targets(run), ""]
     for backend in sorted({m.backend for m in run.measurements}):
         lines += [f"## Results: {backend}", "", *_table(run, backend), ""]
-    lines += ["## Baselines (seconds)", "", "| baseline | seconds |", "|---|---:|",
-              *[f"| {k} | {v:.1f} |" for k, v in run.baselines.items()], ""]
+    backends = sorted(run.baselines)
+    lines += ["## Baselines (seconds)", "", "| baseline | " + " | ".join(backends) + " |",
+              "|---|" + "---:|" * len(backends),
+              *[f"| {k} | " + " | ".join(f"{run.baselines[b].get(k, 0):.1f}" for b in backends) + " |"
+                for k in (run.baselines[backends[0]] if backends else {})], ""]
     if NOTES.exists():
         lines += [NOTES.read_text().rstrip(), ""]
     path.write_text("\n".join(lines))

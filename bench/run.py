@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import pyarrow.fs as pafs
+
 from bench import baselines
 from bench.report import write_report
 from bench.server import Server, create_table, soft_truncate, write
@@ -57,7 +59,7 @@ class Run:
     rows: int
     started: float = field(default_factory=time.time)
     measurements: list[Measurement] = field(default_factory=list)
-    baselines: dict[str, float] = field(default_factory=dict)  # name -> seconds
+    baselines: dict[str, dict[str, float]] = field(default_factory=dict)  # backend -> baseline name -> seconds
     notes: list[str] = field(default_factory=list)
 
 
@@ -86,6 +88,16 @@ class Backend:
                            access_key_id=self.configuration.get("aws_access_key_id", ""),
                            secret_access_key=self.configuration.get("aws_secret_access_key", ""))
         self.store = TableStore(open_storage(spec))
+        self.work = work
+
+    def place(self, name: str) -> baselines.Place:
+        """Where a baseline keeps its Parquet files: this backend's storage."""
+        if self.s3 is None:
+            return baselines.Place(pafs.LocalFileSystem(), str(self.work / name))
+        c = self.configuration
+        fs = pafs.S3FileSystem(access_key=c["aws_access_key_id"], secret_key=c["aws_secret_access_key"],
+                               endpoint_override=c["s3_endpoint"].split("://")[-1], scheme="http", region="us-east-1")
+        return baselines.Place(fs, f"bench/baselines/{name}")
 
     def stop(self) -> None:
         if self.s3 is not None:
@@ -110,32 +122,35 @@ def measure(run: Run, server: Server, backend: Backend, scenario: str, table: st
     m = Measurement(scenario, backend.name, table, rows, w.plain_bytes(files_key) if files_key else 0, seconds,
                     peak.total, peak.jvm, peak.python, sum(f.bytes for f in new), len(new),
                     len(before_files - {f.name for f in after.files}), baseline,
-                    run.baselines.get(baseline), target)
+                    run.baselines.get(backend.name, {}).get(baseline), target)
     log(f"{backend.name}: {scenario}: {seconds:.1f} s, {m.rows_per_second:,.0f} rows/s, peak {peak.total / 2**30:.2f} GiB")
     run.measurements.append(m)
     return m
 
 
-def run_baselines(run: Run, w: Workload, work: Path) -> None:
-    """The raw decode limit per format, then the in-process merges in the order the server applies them."""
-    log("baseline (a): raw decode of the CSV initial load")
-    run.baselines["decode_csv"] = baselines.raw_decode(w.files["load"], False, work / "state-big")
-    log("baseline (a): raw decode of the Parquet initial load")
-    run.baselines["decode_parquet"] = baselines.raw_decode(w.files["small_load"], False, work / "state-small")
-    log("baseline (a): raw decode of the history initial load")
-    run.baselines["decode_history"] = baselines.raw_decode(w.files["hist_load"], True, work / "state-hist")
+def run_baselines(run: Run, w: Workload, backend: Backend) -> None:
+    """The raw decode limit per format, then the in-process merges in the order the server applies them, on the
+    backend's storage."""
+    times = run.baselines.setdefault(backend.name, {})
+    big, small, hist = backend.place("state-big"), backend.place("state-small"), backend.place("state-hist")
+    log(f"{backend.name}: baseline (a): raw decode of the CSV initial load")
+    times["decode_csv"] = baselines.raw_decode(w.files["load"], False, big)
+    log(f"{backend.name}: baseline (a): raw decode of the Parquet initial load")
+    times["decode_parquet"] = baselines.raw_decode(w.files["small_load"], False, small)
+    log(f"{backend.name}: baseline (a): raw decode of the history initial load")
+    times["decode_history"] = baselines.raw_decode(w.files["hist_load"], True, hist)
     for name, kind in (("upsert", "replace"), ("update", "update"), ("delete", "delete"), ("new_keys", "replace")):
-        log(f"baseline (b): in-process merge, {name}")
-        run.baselines[f"merge_{name}"] = baselines.plain_merge(work / "state-big", w.files[name], kind)
-    log("baseline (b): in-process merge, new keys into the small table")
-    run.baselines["merge_new_keys_small"] = baselines.plain_merge(work / "state-small", w.files["new_keys"], "replace")
-    log("baseline (b): in-process soft truncate")
-    run.baselines["soft_truncate"] = baselines.soft_truncate(work / "state-small", T0_MS + STEP_MS // 2)
+        log(f"{backend.name}: baseline (b): in-process merge, {name}")
+        times[f"merge_{name}"] = baselines.plain_merge(big, w.files[name], kind)
+    log(f"{backend.name}: baseline (b): in-process merge, new keys into the small table")
+    times["merge_new_keys_small"] = baselines.plain_merge(small, w.files["new_keys"], "replace")
+    log(f"{backend.name}: baseline (b): in-process soft truncate")
+    times["soft_truncate"] = baselines.soft_truncate(small, T0_MS + STEP_MS // 2)
     for name, kind in (("hist_upsert", "replace"), ("hist_update", "update"), ("hist_delete", "delete")):
-        log(f"baseline (b): in-process history merge, {name}")
-        run.baselines[f"merge_{name}"] = baselines.history_merge(work / "state-hist", w.files[name], kind)
-    for d in ("state-big", "state-small", "state-hist"):
-        shutil.rmtree(work / d, ignore_errors=True)
+        log(f"{backend.name}: baseline (b): in-process history merge, {name}")
+        times[f"merge_{name}"] = baselines.history_merge(hist, w.files[name], kind)
+    for place in (big, small, hist):
+        place.fs.delete_dir(place.root)
 
 
 def run_server(run: Run, w: Workload, backend: Backend, work: Path, profile: bool) -> None:
@@ -205,10 +220,10 @@ def main(argv: list[str] | None = None) -> int:
     run = Run(args.rows)
     try:
         w = generate(args.rows, work / "batches", log)
-        run_baselines(run, w, work)
         for name in args.backends.split(","):
             backend = Backend(name.strip(), work / name.strip())
             try:
+                run_baselines(run, w, backend)
                 run_server(run, w, backend, work / name.strip(), args.profile)
             finally:
                 backend.stop()

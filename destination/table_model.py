@@ -78,6 +78,13 @@ class TableDef:
         return [c.name for c in self.columns if not c.name.startswith("_fivetran_")] or self.column_names
 
     @property
+    def entity_key(self) -> list[ColumnDef]:
+        """The columns that identify a row; for a history table, the entity: its key without `_fivetran_start`,
+        so that every version of a row lands in one bucket and matches its earliest-start and delete rows."""
+        names = [n for n in self.key_columns if not (self.is_history and n == START)]
+        return [c for c in self.columns if c.name in names]
+
+    @property
     def is_history(self) -> bool:
         return any(c.name == START and c.primary_key for c in self.columns)
 

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from destination.table_model import DESTINATION_META, START, ColumnDef, TableDef
+from destination.table_model import DESTINATION_META, ColumnDef, TableDef
 from destination.type_mapping import arrow_schema
 from spark_jobs.keys import key_tokens, run_start_index
 
@@ -57,10 +57,8 @@ class MergeResult:
 
 
 def key_columns(table_def: TableDef) -> list[ColumnDef]:
-    """The columns that identify a row; for a history table, the entity: its key without `_fivetran_start`,
-    so that every version of a row lands in one bucket and matches its earliest-start and delete rows."""
-    names = [n for n in table_def.key_columns if not (table_def.is_history and n == START)]
-    return [c for c in table_def.columns if c.name in names]
+    """The entity key (TableDef.entity_key): what buckets and merges match rows on."""
+    return table_def.entity_key
 
 
 def occurrence(keys: pa.Array, seq: pa.Array) -> np.ndarray:

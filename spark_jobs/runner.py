@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from pyspark.sql import SparkSession
 
-from spark_jobs.tasks import JobContext
+from spark_jobs.tasks import JobContext, release_memory
 
 TaskFn = Callable[[JobContext, dict[str, Any]], dict[str, Any]]
 MapFn = Callable[[JobContext, dict[str, Any]], Iterable[tuple[int, Any]]]
@@ -54,9 +54,16 @@ def _reduce(task: ReduceFn, ctx: JobContext, pairs: Iterator[tuple[int, Any]]) -
     for key, payload in pairs:
         grouped.setdefault(key, []).append(payload)
     for key, payloads in grouped.items():
-        yield key, task(ctx, key, payloads)
+        try:
+            yield key, task(ctx, key, payloads)
+        finally:
+            release_memory()
 
 
 def _run_one(task: TaskFn, ctx: JobContext, item: tuple[int, dict[str, Any]]) -> tuple[int, dict[str, Any]]:
     index, unit = item
-    return index, task(ctx, unit)
+    try:
+        return index, task(ctx, unit)
+    finally:
+        release_memory()
+

@@ -21,7 +21,9 @@ SETTINGS = {
     "spark.python.worker.reuse": "true",
     # shuffled payloads are Arrow IPC chunks of decoded rows; compressing them cost more time than it saved
     "spark.shuffle.compress": "false",
-    "spark.driver.memory": os.environ.get("RECORDS_DESTINATION_DRIVER_MEMORY", "4g"),
+    # rows cross the JVM only as byte arrays (task units, shuffled chunks, results): a small heap bounds the
+    # server's memory; local mode runs every executor in this JVM
+    "spark.driver.memory": os.environ.get("RECORDS_DESTINATION_DRIVER_MEMORY", "1g"),
 }
 
 

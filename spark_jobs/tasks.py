@@ -21,7 +21,8 @@ from destination.conversion import convert_column
 from destination.ops_builder import BatchFileRef, file_operations, from_ipc, split_by_bucket
 from destination.storage.base import Storage, StorageSpec, open_storage
 from destination.table_model import TableDef
-from destination.table_store.datafiles import BucketFiles, DataFile, align, read_data_file, write_data_file
+from destination.table_store.datafiles import (BucketFiles, DataFile, align, may_hold, read_data_file,
+                                                write_data_file)
 from destination.table_store.layout import data_file_name
 from spark_jobs.alter import convert_table
 from spark_jobs.keys import key_tokens
@@ -81,6 +82,12 @@ def _finish(storage: Storage, ctx: JobContext, table: pa.Table, table_def: Table
     return out.__dict__
 
 
+def release_memory() -> None:
+    """Give the memory a finished task freed back to the system: Arrow's allocator keeps it otherwise, and a
+    reused Python worker would carry it into the next task (two workers' leftovers added to the server's peak)."""
+    pa.default_memory_pool().release_unused()
+
+
 def decode_file_task(ctx: JobContext, unit: dict[str, Any]) -> Iterator[tuple[int, Any]]:
     """Map side of a write: unit {ref: BatchFileRef, fmt: FileFormat}. Decodes the file and emits
     (bucket + 1, Arrow IPC chunk of that bucket's operations), then (META, the file's counts)."""
@@ -88,9 +95,12 @@ def decode_file_task(ctx: JobContext, unit: dict[str, Any]) -> Iterator[tuple[in
     started = time.perf_counter()
     ops = file_operations(ctx.table_def, ref, unit["fmt"])
     chunks = ops.chunks()
+    ops_rows, failures = ops.rows, ops.failures_by_column
     seconds = time.perf_counter() - started
+    del ops
     yield from ((bucket + 1, chunk) for bucket, chunk in chunks)
-    yield META, {"rows": ops.rows, "failures_by_column": ops.failures_by_column, "seconds": seconds}
+    yield META, {"rows": ops_rows, "failures_by_column": failures, "seconds": seconds}
+    release_memory()
 
 
 def merge_shuffled_task(files_by_bucket: dict[int, list[dict[str, Any]]], ctx: JobContext, key: int,
@@ -174,6 +184,8 @@ def merge_bucket_task(ctx: JobContext, unit: dict[str, Any]) -> dict[str, Any]:
     stored_parts: list[pa.Table] = []
     for f in files:
         if not compact:
+            if not may_hold(ops, f.key_range, table_def):
+                continue  # no key of the request is in the file's key range: not even its keys are read
             # every file of a version has the version's columns (AlterTable rewrites them all)
             keys_only = read_data_file(storage, ctx.base_dir or "", f.name, [c.name for c in kcols])
             if not pc.any(pc.is_in(key_tokens(keys_only, kcols), value_set=op_keys)).as_py():

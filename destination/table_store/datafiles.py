@@ -4,6 +4,8 @@ Used both by the server (empty tables, carried files) and inside Spark tasks.
 """
 from __future__ import annotations
 
+import decimal
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -12,7 +14,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from destination.storage.base import Storage
-from destination.table_model import SYNCED, TableDef
+from destination.table_model import SYNCED, ColumnDef, TableDef
 from destination.table_store.layout import data_file_name
 from destination.type_mapping import arrow_schema
 
@@ -30,6 +32,7 @@ class DataFile:
     bucket: int | None  # key-hash bucket; None for the zero-row file of an empty table
     min_synced: int | None = None
     max_synced: int | None = None
+    key_range: dict[str, list[Any]] | None = None  # per key column: [min, max] in its comparable form (KeyRange)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -46,6 +49,82 @@ def synced_range(table: pa.Table) -> tuple[int | None, int | None]:
     return mm["min"].as_py(), mm["max"].as_py()
 
 
+# ---- key ranges: which files a request's keys can be in (read no key column of the others) ------------------
+# Values are compared in a form JSON keeps exactly: integers for integer, date, time and timestamp columns (days,
+# µs), floats for FLOAT/DOUBLE, text for strings and decimals (compared as decimals). Other key types, and text
+# longer than RANGE_TEXT_LIMIT, keep no range: their files are always read.
+RANGE_TEXT_LIMIT = 256
+_INTEGRAL = ("SHORT", "INT", "LONG", "NAIVE_DATE", "NAIVE_TIME", "NAIVE_DATETIME", "UTC_DATETIME")
+_TEXTUAL = ("STRING", "JSON", "XML")
+
+
+def _comparable(values: pa.Array | pa.ChunkedArray, col: ColumnDef) -> pa.Array | pa.ChunkedArray | None:
+    if col.type in _INTEGRAL:
+        return values.cast(pa.int64()) if col.type != "NAIVE_DATE" else values.cast(pa.int32()).cast(pa.int64())
+    if col.type in ("FLOAT", "DOUBLE"):
+        return values.cast(pa.float64())
+    if col.type in _TEXTUAL or col.type == "DECIMAL":
+        return values
+    return None
+
+
+def _bound(value: Any, col: ColumnDef) -> Any:
+    """A JSON bound back to what _comparable's values compare with."""
+    return decimal.Decimal(value) if col.type == "DECIMAL" else value
+
+
+def key_range(table: pa.Table, table_def: TableDef) -> dict[str, list[Any]] | None:
+    if not table.num_rows:
+        return None
+    out: dict[str, list[Any]] = {}
+    for col in table_def.entity_key:
+        values = _comparable(table.column(col.name), col)
+        if values is None:
+            continue
+        mm = pc.min_max(values)
+        lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        if lo is None or (isinstance(lo, float) and not (math.isfinite(lo) and math.isfinite(hi))):
+            continue
+        if col.type == "DECIMAL":
+            lo, hi = str(lo), str(hi)
+        elif col.type in _TEXTUAL and max(len(lo), len(hi)) > RANGE_TEXT_LIMIT:
+            continue
+        out[col.name] = [lo, hi]
+    return out or None
+
+
+def union_range(a: dict[str, list[Any]] | None, b: dict[str, list[Any]] | None,
+                table_def: TableDef) -> dict[str, list[Any]] | None:
+    """The range covering both (only columns both have a range for)."""
+    if a is None or b is None:
+        return None
+    out = {}
+    for col in table_def.entity_key:
+        if col.name in a and col.name in b:
+            (lo1, hi1), (lo2, hi2) = a[col.name], b[col.name]
+            lo = lo1 if _bound(lo1, col) <= _bound(lo2, col) else lo2
+            hi = hi1 if _bound(hi1, col) >= _bound(hi2, col) else hi2
+            out[col.name] = [lo, hi]
+    return out or None
+
+
+def may_hold(ops: pa.Table, key_range: dict[str, list[Any]] | None, table_def: TableDef) -> bool:
+    """Whether a file with `key_range` can hold one of the keys in `ops` (False: none of them)."""
+    if not key_range or not ops.num_rows:
+        return bool(ops.num_rows)
+    inside = pa.array([True] * ops.num_rows)
+    for col in table_def.entity_key:
+        if col.name not in key_range:
+            continue
+        values = _comparable(ops.column(col.name), col)
+        lo, hi = (pa.scalar(_bound(v, col), values.type) for v in key_range[col.name])
+        within = pc.and_(pc.greater_equal(values, lo), pc.less_equal(values, hi))
+        if col.type in ("FLOAT", "DOUBLE"):  # NaN is one key (its token) but outside every range: read the file
+            within = pc.or_(within, pc.is_nan(values))
+        inside = pc.and_kleene(inside, within)
+    return bool(pc.any(pc.fill_null(inside, True)).as_py())  # NULL (keyless tables): unknown, so read the file
+
+
 def write_data_file(storage: Storage, directory: str, name: str, table: pa.Table, table_def: TableDef,
                     bucket: int | None) -> DataFile:
     """Write `table` (already in the file schema) as one Parquet file and return its statistics."""
@@ -56,7 +135,8 @@ def write_data_file(storage: Storage, directory: str, name: str, table: pa.Table
         pq.write_table(table, sink, compression=PARQUET_COMPRESSION, coerce_timestamps="us",
                        allow_truncated_timestamps=False, row_group_size=ROW_GROUP_ROWS, store_schema=False)
     lo, hi = synced_range(table)
-    return DataFile(name=name, rows=table.num_rows, bytes=storage.size(path), bucket=bucket, min_synced=lo, max_synced=hi)
+    return DataFile(name=name, rows=table.num_rows, bytes=storage.size(path), bucket=bucket, min_synced=lo, max_synced=hi,
+                    key_range=key_range(table, table_def))
 
 
 def read_data_file(storage: Storage, directory: str, name: str, columns: list[str] | None = None) -> pa.Table:
@@ -116,8 +196,10 @@ class BucketFiles:
             self._open[bucket][2].write_table(table, row_group_size=ROW_GROUP_ROWS)
             lo, hi = synced_range(table)
             seen = self._stats[bucket]
+            rows = key_range(table, self.table_def)
             self._stats[bucket] = DataFile(seen.name, seen.rows + table.num_rows, 0, bucket,
-                                           _extreme(min, seen.min_synced, lo), _extreme(max, seen.max_synced, hi))
+                                           _extreme(min, seen.min_synced, lo), _extreme(max, seen.max_synced, hi),
+                                           rows if not seen.rows else union_range(seen.key_range, rows, self.table_def))
         self._buffers.clear()
         self._buffered = 0
 
@@ -129,7 +211,7 @@ class BucketFiles:
             sink.close()
             stats = self._stats[bucket]
             out.append(DataFile(name, stats.rows, self.storage.size(f"{self.directory}/{name}"), bucket,
-                                stats.min_synced, stats.max_synced))
+                                stats.min_synced, stats.max_synced, stats.key_range))
         return out
 
 
