@@ -136,7 +136,8 @@ def write_report(run: "Run", path: Path) -> None:
              "every 100 ms; the peak is per scenario.",
              "- Written MB and files come from the table's `_files.json` before and after the request; rewritten files "
              "are the earlier version's files that were not carried into the new one.",
-             "- Baselines run in the same process run, before the server, on the same files: (a) the raw decode "
+             "- Baselines run in the same process run, before the server, on the same files, and read and write "
+             "the backend's own storage (the local disk, or the same S3 server): (a) the raw decode "
              "limit — decrypt, decompress, parse and cast, write Parquet with pyarrow, one process per core, no merge; "
              "(b) the same merge in one process with pyarrow alone — the table in memory from Parquet, the batch "
              "applied with vectorized Arrow, the whole table written back (bench/baselines.py).",

@@ -207,6 +207,13 @@ def _stop_profiler(profiler: Any) -> None:
     profiler.wait(timeout=120)
 
 
+def load_results(path: Path) -> Run:
+    """A run as its results.json recorded it."""
+    data = json.loads(path.read_text())
+    return Run(data["rows"], data.get("started", path.stat().st_mtime),
+               [Measurement(**m) for m in data["measurements"]], data["baselines"])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
     parser.add_argument("--rows", type=int, default=10_000_000, help="rows of the big and history tables")
@@ -214,7 +221,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", help="working directory (default: a temporary one, removed at the end)")
     parser.add_argument("--report", default="docs/BENCHMARKS.md", help="where the report goes ('' for none)")
     parser.add_argument("--profile", action="store_true", help="record py-spy flame graphs of the server")
+    parser.add_argument("--from-results", metavar="PATH",
+                        help="measure nothing: write the report again from a run's results.json (after editing "
+                             "bench/notes.md)")
     args = parser.parse_args(argv)
+    if args.from_results:
+        write_report(load_results(Path(args.from_results)), Path(args.report or "docs/BENCHMARKS.md"))
+        return 0
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="records-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     run = Run(args.rows)
@@ -227,8 +240,10 @@ def main(argv: list[str] | None = None) -> int:
                 run_server(run, w, backend, work / name.strip(), args.profile)
             finally:
                 backend.stop()
-        (work / "results.json").write_text(json.dumps({"rows": run.rows, "baselines": run.baselines,
+        (work / "results.json").write_text(json.dumps({"rows": run.rows, "started": run.started,
+                                                       "baselines": run.baselines,
                                                        "measurements": [asdict(m) for m in run.measurements]}, indent=1))
+        log(f"results in {work / 'results.json'}")
         if args.report:
             write_report(run, Path(args.report))
             log(f"report written to {args.report}")
