@@ -23,6 +23,8 @@ and nothing rounds.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -279,11 +281,28 @@ def _fill_open_versions(rows: pa.Table) -> pa.Table:
 
 def merge_history_bucket(stored: pa.Table, ops: pa.Table, table_def: TableDef, version: int,
                          track_changes: bool = False) -> MergeResult:
-    """Apply one request's history operations (one bucket) to the bucket's stored versions that may be affected."""
-    bucket = _Bucket(stored, table_def, version)
+    """Apply one request's history operations (one bucket) to the bucket's stored versions that may be affected.
+
+    Every step works per key, so only the versions of the request's keys take part; the others are carried
+    through as they are (in a large table's bucket they are nearly all of it, and each step copies what takes
+    part)."""
+    involved, untouched = _split_by_keys(stored, ops, table_def)
+    bucket = _Bucket(involved, table_def, version)
     op = ops.column(OP)
     bucket.earliest(ops.filter(pc.equal(op, EARLIEST)))
     touched = bucket.insert(ops.filter(pc.or_(pc.equal(op, REPLACE), pc.equal(op, UPDATE))))
     bucket.chain(touched)
     bucket.delete(ops.filter(pc.equal(op, DELETE)))
-    return bucket.result(track_changes)
+    result = bucket.result(track_changes)
+    if not untouched.num_rows:
+        return result
+    carried = untouched.select(bucket.schema.names).cast(bucket.schema)
+    return replace(result, table=pa.concat_tables([carried, result.table]))
+
+
+def _split_by_keys(stored: pa.Table, ops: pa.Table, table_def: TableDef) -> tuple[pa.Table, pa.Table]:
+    """(the stored versions of keys the request names, the others)."""
+    if not stored.num_rows:
+        return stored, stored
+    named = pc.is_in(key_tokens(stored, key_columns(table_def)), value_set=ops.column(KEY).combine_chunks())
+    return stored.filter(named), stored.filter(pc.invert(named))

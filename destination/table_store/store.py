@@ -20,6 +20,7 @@ import socket
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -36,6 +37,7 @@ from destination.table_store.naming import decode_name
 CLAIM_LEASE_SECONDS = 1800.0
 CLAIM_WAIT_SECONDS = 600.0
 MAX_ATTEMPTS = 8
+COPY_THREADS = 8  # concurrent server-side copies (boto3's connection pool holds 10)
 RECENT_BATCHES = 20  # batch ids remembered per table to recognise a retried request
 
 FaultHook = Callable[[str], None]
@@ -251,6 +253,16 @@ class TableStore:
         s.write_bytes(f"{directory}/{records.MANIFEST}", records.dumps(
             records.manifest_json([(s.url(f"{directory}/{name}"), size) for name, size in changes.files])))
 
+    def _carry_forward(self, source: str, directory: str, files: list[DataFile]) -> None:
+        """Unchanged files into the new version: hard links on disk, server-side copies on S3. A copy's time is
+        spent by the object store, so they run concurrently (one after another, a 10M-row table's 32 files took
+        seconds on every write that touched none of them)."""
+        if not files:
+            return
+        with ThreadPoolExecutor(max_workers=min(COPY_THREADS, len(files))) as pool:
+            for _ in pool.map(lambda f: self.storage.copy(f"{source}/{f.name}", f"{directory}/{f.name}"), files):
+                pass
+
     def _commit(self, schema: str, prefix: str, base: TableVersion | None, target: int,
                 pending: PendingVersion, batch_id: str | None, committed_at: float) -> TableVersion:
         s = self.storage
@@ -259,8 +271,7 @@ class TableStore:
             self._write_changes(prefix, target, pending.changes)
         carried = [f for f in pending.carried if f.rows > 0]
         if base is not None:
-            for f in carried:
-                s.copy(f"{base.directory}/{f.name}", f"{directory}/{f.name}")
+            self._carry_forward(base.directory, directory, carried)
         files = [f for f in [*carried, *pending.new_files] if f.rows > 0]
         if not files:  # an empty table is one zero-row data file (Redshift COPY needs a file)
             files = [write_data_file(s, directory, layout.data_file_name(None), empty_table(pending.table),
