@@ -95,21 +95,22 @@ def chart(run: "Run", path: Path) -> None:
 
     scenarios = list(dict.fromkeys(m.scenario for m in run.measurements))
     backends = sorted({m.backend for m in run.measurements})
-    width = 0.8 / (len(backends) + 1)
+    series: list[tuple[str, dict[str, float], str]] = []  # (label, rows/s by scenario, colour)
+    for backend, (server_colour, baseline_colour) in zip(backends, (("tab:blue", "lightsteelblue"),
+                                                                    ("tab:orange", "navajowhite"))):
+        mine = [m for m in run.measurements if m.backend == backend]
+        series.append((f"server, {backend}", {m.scenario: m.rows_per_second for m in mine}, server_colour))
+        series.append((f"baseline, {backend} (raw decode / in-process merge)",
+                       {m.scenario: m.rows / m.baseline_seconds for m in mine if m.baseline_seconds}, baseline_colour))
+    width = 0.8 / len(series)
     fig, ax = plt.subplots(figsize=(12, 5.5))
-    for i, backend in enumerate(backends):
-        by = {m.scenario: m.rows_per_second for m in run.measurements if m.backend == backend}
+    for i, (label, by, colour) in enumerate(series):
         ax.bar([x + i * width for x in range(len(scenarios))], [by.get(s, 0) for s in scenarios], width,
-               label=f"server, {backend}")
-    base: dict[str, float] = {}
-    for m in run.measurements:
-        if m.baseline_seconds:
-            base[m.scenario] = m.rows / m.baseline_seconds
-    ax.bar([x + len(backends) * width for x in range(len(scenarios))], [base.get(s, 0) for s in scenarios], width,
-           label="baseline (raw decode / in-process merge)", color="grey")
-    ax.set_xticks([x + width * len(backends) / 2 for x in range(len(scenarios))])
+               label=label, color=colour)
+    ax.set_xticks([x + width * (len(series) - 1) / 2 for x in range(len(scenarios))])
     ax.set_xticklabels(scenarios, rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("rows per second")
+    ax.set_yscale("log")  # merges run at thousands of rows/s, loads at hundreds of thousands
+    ax.set_ylabel("rows per second (log scale)")
     ax.set_title(f"records-destination, {run.rows:,}-row tables, {os.cpu_count()} cores")
     ax.legend(fontsize=8)
     fig.tight_layout()
