@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Callable
@@ -39,7 +40,8 @@ class Outcome:
     counts: dict[str, int] = field(default_factory=dict)
     rows: int = 0  # operations read from the request's files
     failures_by_column: dict[str, int] = field(default_factory=dict)  # values that did not convert
-    timings: dict[str, float] = field(default_factory=dict)  # seconds: the Spark job, and its tasks summed
+    timings: dict[str, float] = field(default_factory=dict)  # seconds: the Spark job, its tasks summed (and
+    # the decode tasks summed, where a path decodes in tasks of their own)
 
     def timing_text(self) -> str:
         return ", ".join(f"{k} {v:.1f}s" for k, v in self.timings.items())
@@ -62,12 +64,11 @@ class JobOutput:
         meta = next((r["meta"] for r in results if "meta" in r), {})
         results = [r for r in results if "meta" not in r]
         task_seconds = sum(r.get("seconds", 0.0) for r in results)
-        counts: dict[str, int] = {}
+        counts: Counter[str] = Counter()
         for r in results:
-            for k, v in r["counts"].items():
-                counts[k] = counts.get(k, 0) + v
+            counts.update(r["counts"])
         return JobOutput([DataFile.from_json(f) for r in results for f in r["new_files"]],
-                         {name for r in results for name in r["replaced"]}, counts,
+                         {name for r in results for name in r["replaced"]}, dict(counts),
                          [c for r in results for c in r["changes"]], meta, task_seconds)
 
     def change_parts(self, kind: str) -> ChangeParts:
@@ -113,17 +114,18 @@ class WritePath:
                      files_by_bucket: dict[int, list[dict[str, Any]]], description: str) -> JobOutput:
         """A small request: decoded here, merged by one task per bucket it touches (a shuffle's two stages
         cost more than the decode itself at this size)."""
-        parts, failures, rows = [], {}, 0
+        parts: list[pa.Table] = []
+        failures: Counter[str] = Counter()
+        rows = 0
         for ref in plan.files:
             ops = file_operations(base.table, ref, plan.fmt)
             parts += ops.parts
             rows += ops.rows
-            for name, n in ops.failures_by_column.items():
-                failures[name] = failures.get(name, 0) + n
+            failures.update(ops.failures_by_column)
         units = [{"bucket": b, "chunks": [chunk], "files": files_by_bucket.get(b, [])}
                  for b, chunk in (bucket_chunks(pa.concat_tables(parts)) if parts else [])]
         out = self._run(merge_bucket_task, schema, base, target, base.table, units, description, ROWS)
-        out.meta = {"rows": rows, "failures_by_column": failures}
+        out.meta = {"rows": rows, "failures_by_column": dict(failures)}
         return out
 
     def _load_empty(self, schema: str, base: TableVersion, target: VersionTarget, plan: BatchPlan,
@@ -151,11 +153,10 @@ class WritePath:
                 storage.delete(f"{target.directory}/{f.name}")
             storage.delete_prefix(target.changes_directory)
             return None
-        failures: dict[str, int] = {}
+        failures: Counter[str] = Counter()
         for load in loads:
-            for name, n in load["failures_by_column"].items():
-                failures[name] = failures.get(name, 0) + n
-        out.meta = {"rows": sum(load["rows"] for load in loads), "failures_by_column": failures}
+            failures.update(load["failures_by_column"])
+        out.meta = {"rows": sum(load["rows"] for load in loads), "failures_by_column": dict(failures)}
         out.task_seconds = sum(load["seconds"] for load in loads)
         return out
 
@@ -317,8 +318,9 @@ class WritePath:
                                          description)
             outcome.counts, outcome.failures_by_column, outcome.rows = out.counts, out.meta.get(
                 "failures_by_column", {}), int(out.meta.get("rows", 0))
-            outcome.timings = {"job": time.perf_counter() - started, "decode_task_s": out.meta.get("decode_seconds", 0.0),
-                               "merge_task_s": out.task_seconds}
+            outcome.timings = {"job": time.perf_counter() - started, "task_s": out.task_seconds}
+            if "decode_seconds" in out.meta:  # the shuffled path decodes in tasks of their own
+                outcome.timings["decode_task_s"] = out.meta["decode_seconds"]
             if outcome.rows == 0:
                 return None
             carried = [f for f in base.files if f.name not in out.replaced]

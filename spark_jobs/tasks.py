@@ -7,6 +7,7 @@ same code runs in local mode and on a cluster whose executors reach the store.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -107,12 +108,11 @@ def merge_shuffled_task(files_by_bucket: dict[int, list[dict[str, Any]]], ctx: J
                         payloads: list[Any]) -> dict[str, Any]:
     """Reduce side of a write: the request's counts (key META), or one bucket's merge over its chunks."""
     if key == META:
-        failures: dict[str, int] = {}
+        failures: Counter[str] = Counter()
         for meta in payloads:
-            for name, n in meta["failures_by_column"].items():
-                failures[name] = failures.get(name, 0) + n
+            failures.update(meta["failures_by_column"])
         return {"meta": {"rows": sum(m["rows"] for m in payloads), "files": len(payloads),
-                         "failures_by_column": failures, "decode_seconds": sum(m["seconds"] for m in payloads)}}
+                         "failures_by_column": dict(failures), "decode_seconds": sum(m["seconds"] for m in payloads)}}
     bucket = key - 1
     started = time.perf_counter()
     result = merge_bucket_task(ctx, {"bucket": bucket, "chunks": payloads, "files": files_by_bucket.get(bucket, [])})
@@ -134,13 +134,12 @@ def load_files_task(ctx: JobContext, unit: dict[str, Any]) -> dict[str, Any]:
     counts = MergeCounts()
     changes: list[dict[str, Any]] = []
     hashes: list[np.ndarray] = []
-    failures: dict[str, int] = {}
+    failures: Counter[str] = Counter()
     rows = noops = 0
     for ref in unit["refs"]:
         ops = file_operations(table_def, ref, unit["fmt"])
         rows += ops.rows
-        for name, n in ops.failures_by_column.items():
-            failures[name] = failures.get(name, 0) + n
+        failures.update(ops.failures_by_column)
         if not ops.parts:
             continue
         table = pa.concat_tables(ops.parts)
@@ -158,7 +157,7 @@ def load_files_task(ctx: JobContext, unit: dict[str, Any]) -> dict[str, Any]:
                 changes += [written] if written else []
     out = TaskResult(new_files=[f.to_json() for f in files.close()], counts={**counts.as_dict(), "noop_updates": noops},
                      changes=changes).__dict__
-    out["load"] = {"rows": rows, "failures_by_column": failures,
+    out["load"] = {"rows": rows, "failures_by_column": dict(failures),
                    "key_hashes": np.concatenate(hashes).tobytes() if hashes else b"",
                    "seconds": time.perf_counter() - started}
     return out

@@ -98,6 +98,25 @@ def test_gzip_and_uncompressed_files(tmp_path: Path) -> None:
         assert table.column("s").to_pylist() == [f"v{i}" for i in range(10)]
 
 
+def test_bytes_shipped_with_the_job_decode_like_the_file(tmp_path: Path) -> None:
+    """Executors on other machines get the file's bytes (`data`), not its path: every encryption and compression
+    must decode the same from them (the path only names the file in errors)."""
+    cols = ["id", "s"]
+    rows = [{"id": str(i), "s": f"v{i}"} for i in range(10)]
+    columns = COLUMNS[:1] + [ColumnDef("s", "STRING")]
+    for name, key, compression, fmt in [
+        ("z.csv.zstd.aes", KEY, "zstd", FMT),
+        ("z.csv.zstd", None, "zstd", FileFormat(False, "ZSTD", NULL_STRING, UNMODIFIED_STRING)),
+        ("g.csv.gz", None, "gzip", FileFormat(False, "GZIP", NULL_STRING, UNMODIFIED_STRING)),
+        ("p.csv", None, "off", PLAIN),
+    ]:
+        path = write_csv(tmp_path / name, cols, rows, key, compression)
+        data = path.read_bytes()
+        path.unlink()
+        blocks = list(iter_batch_file(f"/elsewhere/{name}", columns, fmt, key, ["id"], data=data))
+        assert pa.concat_tables([b.table for b in blocks]).column("s").to_pylist() == [f"v{i}" for i in range(10)], name
+
+
 @pytest.fixture
 def good_file(tmp_path: Path) -> Path:
     return write_csv(tmp_path / "good.csv.zstd.aes", ["id", "s"], [{"id": str(i), "s": "x" * 50} for i in range(2000)], KEY)

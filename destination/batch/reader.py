@@ -12,7 +12,6 @@ whatever the file size; callers that need the whole file concatenate.
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 from dataclasses import dataclass, field
 from typing import BinaryIO, Iterator
@@ -54,11 +53,9 @@ class DecodedBatch:
 
 
 def iter_batch_file(path: str, columns: list[ColumnDef], fmt: FileFormat, key: bytes | None,
-                    required: list[str], digest: "hashlib._Hash | None" = None,
-                    data: bytes | None = None) -> Iterator[DecodedBatch]:
+                    required: list[str], data: bytes | None = None) -> Iterator[DecodedBatch]:
     """Yield typed blocks of one batch file (read from `data` when given); raises BadBatchFile naming the file."""
-    stream = open_plaintext(path, key=key, encrypted=fmt.encrypted, compression=fmt.compression, digest=digest,
-                            data=data)
+    stream = open_plaintext(path, key=key, encrypted=fmt.encrypted, compression=fmt.compression, data=data)
     try:
         if fmt.kind == "parquet":
             yield from _iter_parquet(path, stream, columns, fmt, required)

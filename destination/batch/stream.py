@@ -5,7 +5,6 @@ Decrypted bytes stay in memory, one chunk at a time; they never touch disk.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import io
 from typing import BinaryIO
 
@@ -27,16 +26,14 @@ class AesCbcReader(io.RawIOBase):
     the last block is held back and checked.
     """
 
-    def __init__(self, raw: BinaryIO, key: bytes, path: str, digest: "hashlib._Hash | None" = None) -> None:
+    def __init__(self, raw: BinaryIO, key: bytes, path: str) -> None:
         super().__init__()
         if len(key) != 32:
             raise BadBatchFile(path, f"the AES key must be 32 bytes, got {len(key)}")
         iv = raw.read(16)
-        if digest is not None:
-            digest.update(iv)
         if len(iv) != 16:
             raise BadBatchFile(path, "file is shorter than the 16-byte AES initialization vector (truncated?)")
-        self._raw, self._path, self._digest = raw, path, digest
+        self._raw, self._path = raw, path
         self._decryptor = Cipher(algorithms.AES(key), modes.CBC(iv)).decryptor()
         self._hold = b""  # the last decrypted block, held back until we know it is not the final one
         self._out = b""
@@ -57,8 +54,6 @@ class AesCbcReader(io.RawIOBase):
     def _fill(self) -> None:
         chunk = self._raw.read(CHUNK)
         if chunk:
-            if self._digest is not None:
-                self._digest.update(chunk)
             self._cipher_len += len(chunk)
             plain = self._hold + self._decryptor.update(chunk)
             self._hold, self._out = plain[-16:], plain[:-16]
@@ -73,25 +68,8 @@ class AesCbcReader(io.RawIOBase):
         self._out = last[:-pad]
 
 
-class _DigestReader(io.RawIOBase):
-    """Passes bytes through while hashing them (identifies a retried batch by content)."""
-
-    def __init__(self, raw: BinaryIO, digest: "hashlib._Hash") -> None:
-        super().__init__()
-        self._raw, self._digest = raw, digest
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        data = self._raw.read(len(buffer))
-        self._digest.update(data)
-        buffer[: len(data)] = data
-        return len(data)
-
-
 def open_plaintext(path: str, *, key: bytes | None, encrypted: bool, compression: str,
-                   digest: "hashlib._Hash | None" = None, data: bytes | None = None) -> BinaryIO:
+                   data: bytes | None = None) -> BinaryIO:
     """Open a batch file (or `data`, its bytes read elsewhere) and return a buffered stream of its plaintext.
 
     compression is "OFF", "ZSTD" or "GZIP"; the first bytes are checked against
@@ -107,10 +85,11 @@ def open_plaintext(path: str, *, key: bytes | None, encrypted: bool, compression
         if key is None:
             raw.close()
             raise BadBatchFile(path, "no key for this file in the request's `keys`")
-        stream: BinaryIO = io.BufferedReader(AesCbcReader(raw, key, path, digest), CHUNK)
+        stream: BinaryIO = io.BufferedReader(AesCbcReader(raw, key, path), CHUNK)
     else:
-        stream = io.BufferedReader(_DigestReader(raw, digest), CHUNK) if digest is not None else raw  # type: ignore[arg-type]
-    head = stream.peek(4)[:4] if hasattr(stream, "peek") else b""
+        # peek() below needs a buffered reader: a file opened "rb" is one, the bytes of `data` are not
+        stream = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(raw, CHUNK)  # type: ignore[arg-type]
+    head = stream.peek(4)[:4]
     if head.startswith(ZSTD_MAGIC):
         return zstandard.ZstdDecompressor().stream_reader(stream, read_size=CHUNK, read_across_frames=True)  # type: ignore[return-value]
     if head.startswith(GZIP_MAGIC):

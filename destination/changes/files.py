@@ -24,7 +24,7 @@ from destination.changes.metadata import EXTENSIONS, ROWS
 from destination.changes.settings import ARCION_CSV, PARQUET, ChangeSettings
 from destination.storage.base import Storage
 from destination.table_model import SYNCED, TableDef
-from destination.table_store.datafiles import PARQUET_COMPRESSION
+from destination.table_store.datafiles import WRITE_OPTIONS
 from destination.table_store.layout import data_file_name
 
 STAGING = "_staging"
@@ -55,8 +55,7 @@ class ChangeTarget:
 
 def _write_parquet(storage: Storage, path: str, table: pa.Table) -> int:
     with storage.open_output(path) as sink:
-        pq.write_table(table, sink, compression=PARQUET_COMPRESSION, coerce_timestamps="us",
-                       allow_truncated_timestamps=False, store_schema=False)
+        pq.write_table(table, sink, **WRITE_OPTIONS)
     return storage.size(path)
 
 

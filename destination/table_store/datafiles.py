@@ -9,6 +9,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -20,6 +21,9 @@ from destination.type_mapping import arrow_schema
 
 PARQUET_COMPRESSION = "snappy"  # read by Redshift, Spectrum, Spark, pandas and records-mover alike
 ROW_GROUP_ROWS = 256_000
+# every data file is written with these (timestamps stay µs; no pandas/Arrow schema blob in the footer)
+WRITE_OPTIONS: dict[str, Any] = {"compression": PARQUET_COMPRESSION, "coerce_timestamps": "us",
+                                 "allow_truncated_timestamps": False, "store_schema": False}
 
 
 @dataclass(frozen=True)
@@ -112,7 +116,7 @@ def may_hold(ops: pa.Table, key_range: dict[str, list[Any]] | None, table_def: T
     """Whether a file with `key_range` can hold one of the keys in `ops` (False: none of them)."""
     if not key_range or not ops.num_rows:
         return bool(ops.num_rows)
-    inside = pa.array([True] * ops.num_rows)
+    inside = pa.array(np.ones(ops.num_rows, dtype=bool))
     for col in table_def.entity_key:
         if col.name not in key_range:
             continue
@@ -132,8 +136,7 @@ def write_data_file(storage: Storage, directory: str, name: str, table: pa.Table
     table = table.select(schema.names).cast(schema)
     path = f"{directory}/{name}"
     with storage.open_output(path) as sink:
-        pq.write_table(table, sink, compression=PARQUET_COMPRESSION, coerce_timestamps="us",
-                       allow_truncated_timestamps=False, row_group_size=ROW_GROUP_ROWS, store_schema=False)
+        pq.write_table(table, sink, row_group_size=ROW_GROUP_ROWS, **WRITE_OPTIONS)
     lo, hi = synced_range(table)
     return DataFile(name=name, rows=table.num_rows, bytes=storage.size(path), bucket=bucket, min_synced=lo, max_synced=hi,
                     key_range=key_range(table, table_def))
@@ -189,9 +192,7 @@ class BucketFiles:
             if bucket not in self._open:
                 name = data_file_name(bucket)
                 sink = self.storage.open_output(f"{self.directory}/{name}")
-                self._open[bucket] = (name, sink, pq.ParquetWriter(
-                    sink, self.schema, compression=PARQUET_COMPRESSION, coerce_timestamps="us",
-                    allow_truncated_timestamps=False, store_schema=False))
+                self._open[bucket] = (name, sink, pq.ParquetWriter(sink, self.schema, **WRITE_OPTIONS))
                 self._stats[bucket] = DataFile(name, 0, 0, bucket)
             self._open[bucket][2].write_table(table, row_group_size=ROW_GROUP_ROWS)
             lo, hi = synced_range(table)
