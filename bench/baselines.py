@@ -199,7 +199,7 @@ def history_merge(state_dir: Place, files: list[BatchFile], kind: str) -> float:
     new versions close the key's active version 1 ms before their start; deletes close it at their end."""
     started = time.perf_counter()
     state = _read_state(state_dir)
-    batch = _batch(files, "delete" if kind == "delete" else kind, True)
+    batch = _batch(files, kind, True)
     keys = batch.table.column(KEY)
     micros = lambda a: a.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())  # noqa: E731
     index = pc.index_in(state.column(KEY), value_set=keys)  # per stored row: its batch row

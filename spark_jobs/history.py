@@ -202,9 +202,9 @@ class _Bucket:
     def _first_versions(self, rows: pa.Table, names: list[str]) -> pa.Array:
         """The general rules for keys with no stored version and one row each (an initial load): a replace row
         is the key's first version; an update row has no version before it and inserts nothing."""
-        replace = pc.equal(_col(rows, OP), REPLACE)
-        self.counts.ignored += rows.num_rows - (pc.sum(replace).as_py() or 0)
-        rows = rows.filter(replace)
+        is_replace = pc.equal(_col(rows, OP), REPLACE)
+        self.counts.ignored += rows.num_rows - (pc.sum(is_replace).as_py() or 0)
+        rows = rows.filter(is_replace)
         new_rows = _fill_open_versions(rows.select(names))
         new_rows = new_rows.append_column(DESTINATION_META, meta_column(self.version, _col(rows, CHANGES))) \
             .append_column(_ROW, pa.nulls(new_rows.num_rows, pa.int64()))
