@@ -66,6 +66,11 @@ class Storage(ABC):
     def list_recursive(self, prefix: str) -> Iterator[ObjectInfo]: ...
 
     @abstractmethod
+    def list_starting_with(self, path: str) -> list[str]:
+        """Paths of the objects in path's folder whose path starts with `path` (e.g. a claim and its
+        takeovers: `_log/N.claim`, `_log/N.claim.1`), sorted."""
+
+    @abstractmethod
     def delete(self, path: str) -> None:
         """Delete one object; a missing object is not an error."""
 

@@ -80,6 +80,11 @@ class LocalStorage(Storage):
                 st = full.stat()
                 yield ObjectInfo(str(full.relative_to(self.base)).replace(os.sep, "/"), st.st_size, st.st_mtime)
 
+    def list_starting_with(self, path: str) -> list[str]:
+        folder, _, start = path.rpartition("/")
+        names = self.list_children(folder)
+        return [f"{folder}/{n}" if folder else n for n in names if n.startswith(start)]
+
     def delete(self, path: str) -> None:
         self._p(path).unlink(missing_ok=True)
 

@@ -152,6 +152,13 @@ class S3Storage(Storage):
             for obj in page.get("Contents", []):
                 yield ObjectInfo(obj["Key"][strip:], int(obj["Size"]), obj["LastModified"].timestamp())
 
+    def list_starting_with(self, path: str) -> list[str]:
+        key = self._key(path)
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        paginator = self.client.get_paginator("list_objects_v2")
+        pages = self._call(f"listing of {key!r}", lambda: list(paginator.paginate(Bucket=self.bucket, Prefix=key)))
+        return sorted(obj["Key"][strip:] for page in pages for obj in page.get("Contents", []))
+
     def delete(self, path: str) -> None:
         key = self._key(path)
         self._call(f"delete of {key!r}", lambda: self.client.delete_object(Bucket=self.bucket, Key=key))

@@ -3,6 +3,7 @@
     <root>/<S>/<T>/_latest                       {"version": N, "directory": "v…", "committed_at": …}
     <root>/<S>/<T>/_log/<20-digit N>.json        commit record, created if absent (the commit point)
     <root>/<S>/<T>/_log/<20-digit N>.claim       the writer preparing version N (removed on commit)
+    <root>/<S>/<T>/_log/<20-digit N>.claim.<k>   the k-th takeover of that claim (the highest k holds it)
     <root>/<S>/<T>/v<20-digit N>/                a complete records directory
     <root>/<S>/<T>/changes/v<20-digit N>/        the changes of version N (itself a records directory)
 """
@@ -50,8 +51,19 @@ def log_path(prefix: str, version: int) -> str:
     return f"{prefix}/_log/{version:0{VERSION_DIGITS}d}.json"
 
 
-def claim_path(prefix: str, version: int) -> str:
-    return f"{prefix}/_log/{version:0{VERSION_DIGITS}d}.claim"
+def claim_path(prefix: str, version: int, generation: int = 0) -> str:
+    """Generation 0 is the first claim; generation k the k-th takeover of it."""
+    base = f"{prefix}/_log/{version:0{VERSION_DIGITS}d}.claim"
+    return base if generation == 0 else f"{base}.{generation}"
+
+
+def parse_claim_generation(path: str, prefix: str, version: int) -> int | None:
+    """The generation of a claim path of `version` (None for any other path)."""
+    base = claim_path(prefix, version)
+    if path == base:
+        return 0
+    suffix = path[len(base) + 1:] if path.startswith(base + ".") else ""
+    return int(suffix) if suffix.isdigit() else None
 
 
 def latest_path(prefix: str) -> str:

@@ -4,13 +4,20 @@ Commit protocol (docs/ARCHITECTURE.md has the full story):
 1. Load: read `_latest` (a hint), then step forward while `_log/<N+1>.json` exists.
 2. Claim: create `_log/<N+1>.claim` if absent, so that only one writer fills `v<N+1>/`.
    A claim left by a crashed writer (ours from an earlier failed attempt, a dead pid
-   on this host, or older than the lease) is taken over: its directory is cleared.
+   on this host, or older than the lease) is taken over by creating, if absent, the claim's
+   next generation `_log/<N+1>.claim.<k+1>` (k: the highest generation there). Of several writers
+   taking over one claim only the one that creates it holds the version, and only it clears `v<N+1>/`.
 3. The caller writes its new data files into `v<N+1>/` (Spark tasks do this).
 4. Carry unchanged files forward (hard link / S3 server-side copy), write
    `_schema.json`, `_schema`, `_format_parquet`, `_files.json`, `_table.json`, then `_manifest` last.
-5. Commit: create `_log/<N+1>.json` if absent. Only now is the version visible.
-6. Point `_latest` at it, drop the claim, and apply retention.
-If the base moved (someone committed N+1 first) the caller's work is redone on the new base.
+5. Commit: check that this writer still holds the highest claim generation and that every file the
+   manifests list is there, then create `_log/<N+1>.json` if absent. Only now is the version visible.
+6. Point `_latest` at it, drop the claim's generations, and apply retention.
+If the base moved (someone committed N+1 first, or took the claim over) the caller's work is redone on the new
+base; an attempt never clears a directory it no longer holds or that is committed. A committed version found
+incomplete anyway is skipped by readers (`load` falls back to the newest complete one), refused as a write's
+base (IncompleteVersion, a Task naming `records-destination repair`), and `repair` commits a new version
+holding the newest complete version's files.
 """
 from __future__ import annotations
 
@@ -23,10 +30,11 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Callable, Iterator
 
 from destination import logs
-from destination.errors import CommitConflict, StorageError
+from destination.errors import CommitConflict, StorageError, UserActionRequired
 from destination.changes.metadata import ChangeParts, ChangeSet
 from destination.storage.base import Storage
 from destination.table_model import TableDef
@@ -41,6 +49,43 @@ COPY_THREADS = 8  # concurrent server-side copies (boto3's connection pool holds
 RECENT_BATCHES = 20  # batch ids remembered per table to recognise a retried request
 
 FaultHook = Callable[[str], None]
+VERSION_METADATA = (*records.METADATA_FILES, records.MANIFEST)
+SHOWN_MISSING = 3  # missing files named in a message
+
+
+class ClaimRefused(Enum):
+    """Why a writer holds no claim on the version it tried."""
+
+    COMMITTED = "the version is committed"
+    BUSY = "a live writer holds the claim"
+
+
+class LostClaim(CommitConflict):
+    """The version this writer prepared cannot be committed by it (its claim was taken over, or files it wrote
+    are gone); nothing was committed and the write is redone."""
+
+
+class IncompleteVersion(StorageError):
+    """A committed version lacks files its metadata lists: reads fall back, writes need `repair` first."""
+
+    def __init__(self, storage: Storage, schema: str, table: str, version: int, missing: list[str]) -> None:
+        shown = ", ".join(missing[:SHOWN_MISSING]) + (" …" if len(missing) > SHOWN_MISSING else "")
+        super().__init__(
+            f"version {version} of {schema}.{table} is committed but {len(missing)} of its files are missing "
+            f"({shown}). Run `records-destination repair {schema}.{table} --root {storage.spec.root}` to commit the "
+            f"newest complete version again as the latest, then re-sync the table (the rows of the incomplete "
+            f"versions are not in it)")
+        self.version = version
+        self.missing = missing
+
+
+@dataclass(frozen=True)
+class Repair:
+    """What `TableStore.repair` did: the incomplete versions, the version restored, and the version committed."""
+
+    incomplete: tuple[int, ...]
+    restored: int
+    version: int
 
 
 @dataclass(frozen=True)
@@ -127,28 +172,52 @@ class TableStore:
         return n
 
     def load(self, schema: str, table: str, version: int | None = None) -> TableVersion | None:
-        prefix = layout.table_prefix(schema, table)
-        n = version if version is not None else self.latest_version_number(prefix)
-        if n == 0:
-            return None
-        return self._load_version(schema, prefix, n)
+        """The given version (IncompleteVersion if it lacks files), or the newest complete one."""
+        if version is not None:
+            return self._load_version(schema, table, version) if version else None
+        return self._last_complete(schema, table, self.latest_version_number(layout.table_prefix(schema, table)))
 
-    def _load_version(self, schema: str, prefix: str, n: int) -> TableVersion | None:
+    def _last_complete(self, schema: str, table: str, n: int) -> TableVersion | None:
+        """The newest complete version at or below n: a table whose latest committed version is incomplete stays
+        readable (writes refuse it as their base until `repair`)."""
+        while n > 0:
+            try:
+                return self._load_version(schema, table, n)
+            except IncompleteVersion as incomplete:
+                logs.warning(f"{schema}.{table}: version {n} is committed but {len(incomplete.missing)} of its files "
+                             f"are missing; reading version {n - 1} instead. Run `records-destination repair "
+                             f"{schema}.{table}` to repair the table")
+                n -= 1
+        return None
+
+    def _load_version(self, schema: str, table: str, n: int) -> TableVersion | None:
+        """Version n; None if it was never committed; IncompleteVersion if committed but lacking a file."""
+        prefix = layout.table_prefix(schema, table)
         directory = layout.version_dir(prefix, n)
         try:
             meta = json.loads(self.storage.read_bytes(f"{directory}/{records.TABLE_JSON}"))
             files = json.loads(self.storage.read_bytes(f"{directory}/{records.FILES_JSON}"))
         except FileNotFoundError:
             if self.storage.exists(layout.log_path(prefix, n)):
-                raise StorageError(f"version {n} of {prefix!r} is committed but its files are missing") from None
+                raise IncompleteVersion(self.storage, schema, table, n,
+                                        self._missing_files(directory, VERSION_METADATA)) from None
             return None
-        return TableVersion(
+        loaded = TableVersion(
             schema=schema, version=n, table=TableDef.from_json(meta["table"]),
             files=tuple(DataFile.from_json(f) for f in files["files"]), prefix=prefix,
             committed_at=float(meta.get("committed_at", 0.0)),
             recent_batches=tuple(meta.get("recent_batches", ())),
             change_totals=dict(meta.get("change_totals", {})),
         )
+        missing = self._missing_files(directory, [*VERSION_METADATA, *(f.name for f in loaded.files)])
+        if missing:
+            raise IncompleteVersion(self.storage, schema, table, n, missing)
+        return loaded
+
+    def _missing_files(self, directory: str, names: list[str]) -> list[str]:
+        """Which of `names` (relative to directory) are not there; one listing, not a lookup per file."""
+        present = {o.path[len(directory) + 1:] for o in self.storage.list_recursive(directory)}
+        return [name for name in names if name not in present]
 
     def list_schemas(self) -> list[str]:
         return [decode_name(n) for n in self.storage.list_children("") if not n.startswith((".", "_"))]
@@ -166,41 +235,79 @@ class TableStore:
         `produce` writes its new data files into target.directory (and any change files into
         target.changes_directory) and returns the pending version, or None when there is nothing
         to change. It is called again on a fresh base if another writer commits first. Raises
-        AlreadyApplied for a batch_id committed before.
+        AlreadyApplied for a batch_id committed before; IncompleteVersion if the latest committed version lacks files.
         """
+        return self._write(schema, table, produce, batch_id, self._load_version)
+
+    def repair(self, schema: str, table: str) -> Repair | None:
+        """When the latest committed version is incomplete, commit the newest complete version's files (and
+        definition) as a new version. None: the latest version is complete, nothing to do. The incomplete
+        versions' rows are not restored (their files are gone): the table needs a re-sync afterwards."""
+        latest = self.latest_version_number(layout.table_prefix(schema, table))
+        if latest == 0:
+            raise UserActionRequired(f"table {schema}.{table} has no committed version in {self.storage.spec.root}")
+        try:
+            self._load_version(schema, table, latest)
+            return None
+        except IncompleteVersion:
+            pass
+        if self._last_complete(schema, table, latest) is None:
+            raise UserActionRequired(f"no committed version of {schema}.{table} is complete: nothing to restore; "
+                                     f"drop the table (delete its directory) and re-sync it")
+        restored: list[int] = []
+
+        def restore(base: TableVersion | None, target: VersionTarget) -> PendingVersion:
+            assert base is not None
+            restored[:] = [base.version]
+            return PendingVersion(base.table, [], list(base.files), {
+                "kind": "repair", "restored_version": base.version,
+                "incomplete_versions": list(range(base.version + 1, target.version))})
+
+        committed = self._write(schema, table, restore, None, self._last_complete)
+        assert committed is not None
+        return Repair(tuple(range(restored[0] + 1, committed.version)), restored[0], committed.version)
+
+    def _write(self, schema: str, table: str,
+               produce: Callable[[TableVersion | None, VersionTarget], PendingVersion | None],
+               batch_id: str | None, load_base: Callable[[str, str, int], TableVersion | None]) -> TableVersion | None:
+        """The commit protocol around `produce`; `load_base(schema, table, n)` reads the base version."""
         prefix = layout.table_prefix(schema, table)
         deadline = time.monotonic() + CLAIM_WAIT_SECONDS
-        conflicts = 0
-        while conflicts < MAX_ATTEMPTS:
+        conflicts: list[CommitConflict] = []
+        while len(conflicts) < MAX_ATTEMPTS:
             base_n = self.latest_version_number(prefix)
             target = base_n + 1
-            claimed = self._claim(prefix, target)
-            if claimed is None:  # version taken by a commit: redo on the new base
-                conflicts += 1
+            claim = self._claim(prefix, target)
+            if claim is ClaimRefused.COMMITTED:  # version taken by a commit: redo on the new base
+                conflicts.append(CommitConflict(f"version {target} was committed by another writer"))
                 continue
-            if not claimed:  # another live writer is preparing it
+            if claim is ClaimRefused.BUSY:  # another live writer is preparing it
                 if time.monotonic() > deadline:
                     raise CommitConflict(f"{prefix!r}: another writer has been preparing version {target} for too long")
                 time.sleep(0.2)
                 continue
             try:
-                base = self._load_version(schema, prefix, base_n) if base_n else None
+                base = load_base(schema, table, base_n) if base_n else None
                 if batch_id and base is not None and batch_id in base.recent_batches:
                     raise AlreadyApplied(base.version)
                 spot = VersionTarget(target, layout.version_dir(prefix, target), layout.changes_dir(prefix, target),
                                      time.time())
                 pending = produce(base, spot)
                 if pending is None:
-                    self._abandon(prefix, target)
+                    self._abandon(prefix, target, claim)
                     return base
                 self._fault("after_data_files")
-                committed = self._commit(schema, prefix, base, target, pending, batch_id, spot.timestamp)
+                committed = self._commit(schema, prefix, base, target, claim, pending, batch_id, spot.timestamp)
+            except CommitConflict as conflict:  # nothing committed: redo on a fresh base
+                self._abandon(prefix, target, claim)
+                conflicts.append(conflict)
+                continue
             except Exception:  # AlreadyApplied included: nothing to commit
-                self._abandon(prefix, target)
+                self._abandon(prefix, target, claim)
                 raise
             self._finish(prefix, committed)
             return committed
-        raise CommitConflict(f"{prefix!r}: gave up after repeated commit conflicts")
+        raise CommitConflict(f"{prefix!r}: gave up after {len(conflicts)} commit conflicts (last: {conflicts[-1]})")
 
     def drop(self, schema: str, table: str) -> None:
         """Remove a table entirely (Migrate drop_table, replacing a copy target)."""
@@ -208,25 +315,58 @@ class TableStore:
 
     # ---- protocol steps ----------------------------------------------------------------------
 
-    def _claim(self, prefix: str, target: int) -> bool | None:
-        """True: claimed. False: a live writer holds it. None: the version is already committed."""
-        body = json.dumps({"writer": self.writer_id, "host": socket.gethostname(), "pid": os.getpid(),
-                           "at": time.time()}).encode()
-        path = layout.claim_path(prefix, target)
-        if self.storage.create_exclusive(path, body):
-            return True
+    def _claim(self, prefix: str, target: int) -> int | ClaimRefused:
+        """The generation of the claim on `target` this writer now holds, or why it holds none.
+
+        A stale claim (generation k, the highest) is taken over by creating generation k+1 if absent: of several
+        writers that found it stale only one creates it, and only that one clears the unfinished directory."""
+        generations = self._claim_generations(prefix, target)
+        if not generations:
+            if not self.storage.create_exclusive(layout.claim_path(prefix, target), self._claim_body()):
+                return ClaimRefused.BUSY
+            return self._unless_committed(prefix, target, 0)
         if self.storage.exists(layout.log_path(prefix, target)):
-            return None
+            return ClaimRefused.COMMITTED
+        top = generations[-1]
         try:
-            holder = json.loads(self.storage.read_bytes(path))
+            holder = json.loads(self.storage.read_bytes(layout.claim_path(prefix, target, top)))
         except (FileNotFoundError, ValueError):
-            return False
+            return ClaimRefused.BUSY
         if not self._claim_is_stale(holder):
-            return False
-        logs.warning(f"{prefix}: taking over version {target} from a writer that stopped before committing")
+            return ClaimRefused.BUSY
+        if not self.storage.create_exclusive(layout.claim_path(prefix, target, top + 1), self._claim_body()):
+            return ClaimRefused.BUSY  # another writer took it over first
+        taken = self._unless_committed(prefix, target, top + 1)
+        if taken is ClaimRefused.COMMITTED:
+            return taken
+        logs.warning(f"{prefix}: taking over version {target} (claim generation {top + 1}) from a writer that "
+                     "stopped before committing")
         self._clear_unfinished(prefix, target)
-        self.storage.delete(path)
-        return self.storage.create_exclusive(path, body) or False
+        return top + 1
+
+    def _claim_body(self) -> bytes:
+        return json.dumps({"writer": self.writer_id, "host": socket.gethostname(), "pid": os.getpid(),
+                           "at": time.time()}).encode()
+
+    def _unless_committed(self, prefix: str, target: int, generation: int) -> int | ClaimRefused:
+        """A claim created just after another writer committed `target` (and dropped its claims) holds nothing."""
+        if self.storage.exists(layout.log_path(prefix, target)):
+            self.storage.delete(layout.claim_path(prefix, target, generation))
+            return ClaimRefused.COMMITTED
+        return generation
+
+    def _claim_generations(self, prefix: str, target: int) -> list[int]:
+        paths = self.storage.list_starting_with(layout.claim_path(prefix, target))
+        return sorted(g for g in (layout.parse_claim_generation(p, prefix, target) for p in paths) if g is not None)
+
+    def _holds_claim(self, prefix: str, target: int, generation: int) -> bool:
+        generations = self._claim_generations(prefix, target)
+        return bool(generations) and generations[-1] == generation
+
+    def _drop_claims(self, prefix: str, target: int) -> None:
+        """Every generation, the highest last: while it stands, no other writer can take the version over."""
+        for generation in self._claim_generations(prefix, target):
+            self.storage.delete(layout.claim_path(prefix, target, generation))
 
     def _claim_is_stale(self, holder: dict[str, Any]) -> bool:
         if holder.get("writer") == self.writer_id:
@@ -263,7 +403,7 @@ class TableStore:
             for _ in pool.map(lambda f: self.storage.copy(f"{source}/{f.name}", f"{directory}/{f.name}"), files):
                 pass
 
-    def _commit(self, schema: str, prefix: str, base: TableVersion | None, target: int,
+    def _commit(self, schema: str, prefix: str, base: TableVersion | None, target: int, generation: int,
                 pending: PendingVersion, batch_id: str | None, committed_at: float) -> TableVersion:
         s = self.storage
         directory = layout.version_dir(prefix, target)
@@ -289,15 +429,30 @@ class TableStore:
         s.write_bytes(f"{directory}/{records.MANIFEST}", records.dumps(
             records.manifest_json([(s.url(f"{directory}/{f.name}"), f.bytes) for f in files])))
         self._fault("before_commit_record")
+        self._check_before_commit(prefix, target, generation, files, pending.changes)
         record = {"version": target, "directory": layout.version_dir_name(target), "committed_at": committed_at,
                   "operation": pending.operation, "batch_id": batch_id, "writer": self.writer_id}
         if pending.changes is not None:
             record["changes"] = {"directory": f"changes/{layout.version_dir_name(target)}", **pending.changes.summary}
         if not s.create_exclusive(layout.log_path(prefix, target), records.dumps(record)):
-            raise CommitConflict(f"{prefix!r}: version {target} was committed by another writer during this write")
+            raise LostClaim(f"{prefix!r}: version {target} was committed by another writer during this write")
         self._fault("after_commit_record")
         return TableVersion(schema=schema, version=target, table=pending.table, files=tuple(files), prefix=prefix,
                             committed_at=committed_at, recent_batches=recent, change_totals=totals)
+
+    def _check_before_commit(self, prefix: str, target: int, generation: int, files: list[DataFile],
+                             changes: ChangeSet | None) -> None:
+        """Only the claim's holder commits, and only a version holding every file its manifests list."""
+        if not self._holds_claim(prefix, target, generation):
+            raise LostClaim(f"{prefix!r}: another writer took over version {target} while this write prepared it")
+        missing = self._missing_files(layout.version_dir(prefix, target), [*VERSION_METADATA, *(f.name for f in files)])
+        if changes is not None:
+            directory = layout.changes_dir(prefix, target)
+            missing += [f"changes/{name}" for name in self._missing_files(
+                directory, [*changes.metadata, records.MANIFEST, *(name for name, _ in changes.files)])]
+        if missing:
+            raise LostClaim(f"{prefix!r}: version {target} lacks {len(missing)} of its files before its commit "
+                            f"({', '.join(missing[:SHOWN_MISSING])}); nothing was committed")
 
     def _finish(self, prefix: str, committed: TableVersion) -> None:
         s = self.storage
@@ -305,15 +460,20 @@ class TableStore:
             s.write_bytes(layout.latest_path(prefix), records.dumps({
                 "version": committed.version, "directory": layout.version_dir_name(committed.version),
                 "committed_at": committed.committed_at}))
-            s.delete(layout.claim_path(prefix, committed.version))
+            self._drop_claims(prefix, committed.version)
             self.collect_garbage(prefix, committed.version)
         except StorageError as exc:  # the commit stands; housekeeping is retried next time
             logs.warning(f"{prefix}: version {committed.version} committed; housekeeping failed: {exc}")
 
-    def _abandon(self, prefix: str, target: int) -> None:
+    def _abandon(self, prefix: str, target: int, generation: int) -> None:
+        """Undo an attempt that committed nothing. Its directory is cleared only while this writer still holds the
+        claim and `target` is not committed: after a takeover it belongs to another writer, who may commit it."""
         try:
+            if self.storage.exists(layout.log_path(prefix, target)) or not self._holds_claim(prefix, target, generation):
+                self.storage.delete(layout.claim_path(prefix, target, generation))
+                return
             self._clear_unfinished(prefix, target)
-            self.storage.delete(layout.claim_path(prefix, target))
+            self._drop_claims(prefix, target)
         except Exception as exc:  # best effort: a leftover is cleaned up by takeover or retention
             logs.warning(f"{prefix}: could not clean up unfinished version {target}: {exc}")
 
@@ -340,7 +500,7 @@ class TableStore:
                     continue
                 self.storage.delete_prefix(layout.changes_dir(prefix, n))  # committed versions keep their changes
             self.storage.delete_prefix(f"{prefix}/{name}")
-            self.storage.delete(layout.claim_path(prefix, n))
+            self._drop_claims(prefix, n)
             removed.append(name)
         return removed
 
