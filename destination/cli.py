@@ -1,4 +1,4 @@
-"""`records-destination`: serve, tester, tables, show, changes."""
+"""`records-destination`: serve, tester, tables, show, changes, repair."""
 from __future__ import annotations
 
 import argparse
@@ -46,6 +46,12 @@ def _changes(args: argparse.Namespace) -> int:
                         _s3_options(args))
 
 
+def _repair(args: argparse.Namespace) -> int:
+    from destination.inspection import repair_table
+
+    return repair_table(args.root, args.table, _s3_options(args))
+
+
 def _s3_options(args: argparse.Namespace) -> dict[str, str]:
     return {"s3_endpoint": args.s3_endpoint or "", "s3_region": args.s3_region or ""}
 
@@ -89,6 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
     changes.add_argument("--output", choices=("table", "jsonl"), default="table")
     _store_arguments(changes)
     changes.set_defaults(func=_changes)
+
+    repair = sub.add_parser("repair", help="make a table whose latest committed version lacks files writable again: "
+                                           "commit its newest complete version as a new version")
+    repair.add_argument("table", help="SCHEMA.TABLE")
+    _store_arguments(repair)
+    repair.set_defaults(func=_repair)
     return parser
 
 

@@ -1,4 +1,4 @@
-"""`tables`, `show` and `changes`: read committed versions only. S3 credentials come from the
+"""`tables`, `show`, `changes` and `repair`: read committed versions only (`repair` commits one). S3 credentials come from the
 standard AWS environment variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)."""
 from __future__ import annotations
 
@@ -30,10 +30,16 @@ def list_tables(root: str, s3: dict[str, str]) -> int:
     print(f"{'schema':<24} {'table':<32} {'version':>8} {'rows':>12} {'files':>6}")
     for schema in store.list_schemas():
         for table in store.list_tables(schema):
-            current = store.load(schema, table)
+            try:
+                current = store.load(schema, table)  # the newest complete version
+            except DestinationError as exc:
+                print(f"{schema:<24} {table:<32} error: {exc}")
+                continue
             if current is None:
                 continue
-            print(f"{schema:<24} {table:<32} {current.version:>8} {current.rows:>12} {len(current.files):>6}")
+            latest = store.latest_version_number(layout.table_prefix(schema, table))
+            note = f"  versions after {current.version} lack files: run `repair {schema}.{table}`" if latest > current.version else ""
+            print(f"{schema:<24} {table:<32} {current.version:>8} {current.rows:>12} {len(current.files):>6}{note}")
     return 0
 
 
@@ -108,4 +114,22 @@ def show_changes(root: str, name: str, start: int, end: int | None, net: bool, l
     print(f"{name}: {'net ' if net else ''}changes from version {start} to {end}: {rows.num_rows} rows")
     if rows.num_rows:
         print(rows.to_pandas().to_string(max_colwidth=40))
+    return 0
+
+
+def repair_table(root: str, name: str, s3: dict[str, str]) -> int:
+    """Commit the newest complete version of a table again when its latest committed version lacks files."""
+    names = _split(name)
+    if names is None:
+        return 2
+    try:
+        done = _store(root, s3).repair(*names)
+    except DestinationError as exc:
+        print(f"error: {exc}")
+        return 1
+    if done is None:
+        print(f"{name}: the latest committed version is complete; nothing to repair")
+        return 0
+    print(f"{name}: versions {', '.join(map(str, done.incomplete))} lacked files; version {done.version} now holds "
+          f"version {done.restored}'s rows. Re-sync the table: the rows written by the incomplete versions are not in it")
     return 0

@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from destination.storage.base import Storage
+from destination.storage.base import Storage, open_storage
 from destination.table_store import layout
-from destination.table_store.store import TableStore
+from destination.table_store.store import IncompleteVersion, Repair, TableStore
 from destination.validator import validate_version
+from tests.conftest import spec_of
 from tests.test_table_store import SCHEMA, appender, ids
 
 TABLE_NAME = "events"
@@ -132,3 +133,130 @@ def test_two_writers_taking_over_one_stale_claim_never_commit_a_version_with_mis
     assert ids(reader, latest) == [1, 2, 3, 100, 101, 102, 200, 201, 202]
     assert [n for n in storage.list_children(f"{prefix}/_log") if ".claim" in n] == []
     assert errors == []
+
+
+WRITERS = 6
+
+
+def test_many_writers_over_a_stale_claim_keep_every_key_exactly_once(storage: Storage) -> None:
+    """Writers with their own identities (as separate servers) all start on a table whose next version is claimed
+    by a dead writer; each appends twice. Every key must be in the latest version exactly once."""
+    TableStore(storage).write(SCHEMA, TABLE_NAME, appender(storage, 1))
+    leave_stale_claim(storage, 2, leftovers=20)
+    start = threading.Barrier(WRITERS)
+    errors: list[BaseException] = []
+
+    def writer(offset: int) -> None:
+        store = TableStore(storage)
+        start.wait()
+        try:
+            for i in range(2):
+                store.write(SCHEMA, TABLE_NAME, appender(storage, offset + i * 10, 2))
+        except Exception as exc:
+            errors.append(exc)
+
+    offsets = [1000 * (w + 1) for w in range(WRITERS)]
+    threads = [threading.Thread(target=writer, args=(o,)) for o in offsets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    reader = TableStore(storage)
+    latest = reader.load(SCHEMA, TABLE_NAME)
+    assert latest is not None and latest.version == 1 + 2 * WRITERS
+    expected = sorted([1, 2, 3, *(o + i * 10 + k for o in offsets for i in range(2) for k in range(2))])
+    assert ids(reader, latest) == expected  # each key once: no key lost, none doubled
+    for n in range(2, latest.version + 1):  # no committed version lacks a file
+        version = reader.load(SCHEMA, TABLE_NAME, n)
+        assert version is not None and validate_version(storage, version.directory) == []
+    prefix = layout.table_prefix(SCHEMA, TABLE_NAME)
+    assert [n for n in storage.list_children(f"{prefix}/_log") if ".claim" in n] == []
+
+
+def break_latest_version(store: TableStore) -> str:
+    """What the race used to leave: the latest version committed, one of its data files gone. Returns its name."""
+    latest = store.load(SCHEMA, TABLE_NAME)
+    assert latest is not None
+    lost = latest.files[-1].name
+    store.storage.delete(f"{latest.directory}/{lost}")
+    return lost
+
+
+def test_an_incomplete_latest_version_is_read_around_refused_for_writes_and_repaired(storage: Storage, capsys) -> None:  # type: ignore[no-untyped-def]
+    store = TableStore(storage)
+    store.write(SCHEMA, TABLE_NAME, appender(storage, 1))
+    store.write(SCHEMA, TABLE_NAME, appender(storage, 10))
+    lost = break_latest_version(store)
+    capsys.readouterr()
+    fallback = store.load(SCHEMA, TABLE_NAME)
+    assert fallback is not None and fallback.version == 1 and ids(store, fallback) == [1, 2, 3]
+    warnings = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"WARNING"' in line]
+    assert len(warnings) == 1 and "version 2 is committed but 1 of its files are missing" in warnings[0]["message"]
+    with pytest.raises(IncompleteVersion) as refused:
+        store.write(SCHEMA, TABLE_NAME, appender(storage, 20))
+    message = str(refused.value)
+    assert lost in message and f"records-destination repair {SCHEMA}.{TABLE_NAME} --root {storage.spec.root}" in message
+    assert store.latest_version_number(layout.table_prefix(SCHEMA, TABLE_NAME)) == 2  # the refused write left nothing
+
+    done = store.repair(SCHEMA, TABLE_NAME)
+    assert done == Repair(incomplete=(2,), restored=1, version=3)
+    repaired = store.load(SCHEMA, TABLE_NAME)
+    assert repaired is not None and repaired.version == 3 and ids(store, repaired) == [1, 2, 3]
+    assert validate_version(storage, repaired.directory) == []
+    assert store.repair(SCHEMA, TABLE_NAME) is None  # nothing left to repair
+    after = store.write(SCHEMA, TABLE_NAME, appender(storage, 20))
+    assert after is not None and after.version == 4 and ids(store, after) == [1, 2, 3, 20, 21, 22]
+
+
+def test_tables_and_repair_commands_on_an_incomplete_table(configuration, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    from destination.cli import main
+
+    storage = open_storage(spec_of(configuration))
+    store = TableStore(storage)
+    store.write(SCHEMA, TABLE_NAME, appender(storage, 1))
+    store.write(SCHEMA, TABLE_NAME, appender(storage, 10))
+    break_latest_version(store)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", configuration.get("aws_access_key_id", ""))
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", configuration.get("aws_secret_access_key", ""))
+    where = ["--root", configuration["root"], "--s3-endpoint", configuration.get("s3_endpoint", "")]
+    capsys.readouterr()
+    assert main(["tables", *where]) == 0
+    listed = [line for line in capsys.readouterr().out.splitlines() if line.startswith(SCHEMA)]
+    assert len(listed) == 1 and listed[0].split()[3:6] == ["1", "3", "1"]
+    assert f"run `repair {SCHEMA}.{TABLE_NAME}`" in listed[0]
+    assert main(["repair", f"{SCHEMA}.{TABLE_NAME}", *where]) == 0
+    assert "version 3 now holds version 1's rows" in capsys.readouterr().out
+    assert main(["repair", f"{SCHEMA}.{TABLE_NAME}", *where]) == 0
+    assert "nothing to repair" in capsys.readouterr().out
+    latest = store.load(SCHEMA, TABLE_NAME)
+    assert latest is not None and latest.version == 3 and ids(store, latest) == [1, 2, 3]
+
+
+def test_rpcs_on_a_table_whose_latest_version_lacks_files(stub, configuration, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """DescribeTable answers from the last complete version; a write answers a Task naming the repair command."""
+    from destination.protocol import sdk
+    from tests.rpc_helpers import describe, rows_of, table
+    from tests.batchfiles import write_csv
+    from tests.test_write_path import KEY, SYS, create, params, r, write
+
+    t = table("t", [("id", "INT", True), ("v", "STRING"), ("n", "LONG"), *SYS])
+    create(stub, configuration, "broken", t)
+    write(stub, configuration, "broken", t, tmp_path, replace=[r(1, "a"), r(2, "b")])
+    storage = open_storage(spec_of(configuration))
+    store = TableStore(storage)
+    latest = store.load("broken", "t")
+    assert latest is not None
+    storage.delete(f"{latest.directory}/{next(f.name for f in latest.files if f.rows)}")
+    described = describe(stub, configuration, "broken", "t")
+    assert described.WhichOneof("response") == "table" and [c.name for c in described.table.columns][:3] == ["id", "v", "n"]
+    batch = write_csv(tmp_path / "refused.csv.zstd.aes", [c.name for c in t.columns], [r(3, "c")], KEY)
+    answer = stub.WriteBatch(sdk.WriteBatchRequest(configuration=configuration, schema_name="broken", table=t,
+                                                   replace_files=[str(batch)], keys={str(batch): KEY},
+                                                   file_params=params()))
+    assert answer.WhichOneof("response") == "task"
+    assert f"records-destination repair broken.t --root {configuration['root']}" in answer.task.message
+    assert "WriteBatch broken.t" in answer.task.message
+    assert store.repair("broken", "t") is not None
+    write(stub, configuration, "broken", t, tmp_path, replace=[r(3, "c")])
+    assert sorted(row["id"] for row in rows_of(configuration, "broken", "t")) == [3]
