@@ -260,3 +260,20 @@ def test_rpcs_on_a_table_whose_latest_version_lacks_files(stub, configuration, t
     assert store.repair("broken", "t") is not None
     write(stub, configuration, "broken", t, tmp_path, replace=[r(3, "c")])
     assert sorted(row["id"] for row in rows_of(configuration, "broken", "t")) == [3]
+
+
+def test_the_claim_of_a_version_committed_by_a_writer_that_then_died_is_removed(storage: Storage) -> None:
+    class Died(BaseException):
+        """The process ends right after the commit record: no housekeeping runs."""
+
+    def die_after_commit(step: str) -> None:
+        if step == "after_commit_record":
+            raise Died(step)
+
+    TableStore(storage).write(SCHEMA, TABLE_NAME, appender(storage, 1))
+    with pytest.raises(Died):
+        TableStore(storage, fault=die_after_commit).write(SCHEMA, TABLE_NAME, appender(storage, 10))
+    prefix = layout.table_prefix(SCHEMA, TABLE_NAME)
+    assert storage.exists(layout.claim_path(prefix, 2))
+    TableStore(storage).write(SCHEMA, TABLE_NAME, appender(storage, 20))
+    assert [n for n in storage.list_children(f"{prefix}/_log") if ".claim" in n] == []

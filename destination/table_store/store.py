@@ -460,7 +460,8 @@ class TableStore:
             s.write_bytes(layout.latest_path(prefix), records.dumps({
                 "version": committed.version, "directory": layout.version_dir_name(committed.version),
                 "committed_at": committed.committed_at}))
-            self._drop_claims(prefix, committed.version)
+            for version in (committed.version - 1, committed.version):  # the base's: a writer died after its commit
+                self._drop_claims(prefix, version)
             self.collect_garbage(prefix, committed.version)
         except StorageError as exc:  # the commit stands; housekeeping is retried next time
             logs.warning(f"{prefix}: version {committed.version} committed; housekeeping failed: {exc}")
