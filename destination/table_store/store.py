@@ -198,10 +198,7 @@ class TableStore:
             meta = json.loads(self.storage.read_bytes(f"{directory}/{records.TABLE_JSON}"))
             files = json.loads(self.storage.read_bytes(f"{directory}/{records.FILES_JSON}"))
         except FileNotFoundError:
-            if self.storage.exists(layout.log_path(prefix, n)):
-                raise IncompleteVersion(self.storage, schema, table, n,
-                                        self._missing_files(directory, VERSION_METADATA)) from None
-            return None
+            return self._uncommitted(schema, table, n, self._missing_files(directory, VERSION_METADATA))
         loaded = TableVersion(
             schema=schema, version=n, table=TableDef.from_json(meta["table"]),
             files=tuple(DataFile.from_json(f) for f in files["files"]), prefix=prefix,
@@ -210,9 +207,13 @@ class TableStore:
             change_totals=dict(meta.get("change_totals", {})),
         )
         missing = self._missing_files(directory, [*VERSION_METADATA, *(f.name for f in loaded.files)])
-        if missing:
+        return self._uncommitted(schema, table, n, missing) if missing else loaded
+
+    def _uncommitted(self, schema: str, table: str, n: int, missing: list[str]) -> None:
+        """A version lacking files is one still being written (None), unless it is committed (IncompleteVersion)."""
+        if self.storage.exists(layout.log_path(layout.table_prefix(schema, table), n)):
             raise IncompleteVersion(self.storage, schema, table, n, missing)
-        return loaded
+        return None
 
     def _missing_files(self, directory: str, names: list[str]) -> list[str]:
         """Which of `names` (relative to directory) are not there; one listing, not a lookup per file."""
