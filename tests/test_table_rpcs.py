@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 
 import grpc
 import pytest
@@ -41,7 +42,7 @@ def _write_rows(stub, configuration, schema, t, rows, tmp_path):  # type: ignore
     from tests.batchfiles import write_csv
 
     key = bytes(range(32))
-    path = write_csv(tmp_path / f"{t.name}-{len(rows)}.csv.zstd.aes", [c.name for c in t.columns], rows, key)
+    path = write_csv(tmp_path / f"batch-{uuid.uuid4().hex}.csv.zstd.aes", [c.name for c in t.columns], rows, key)
     from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING
 
     request = sdk.WriteBatchRequest(configuration=configuration, schema_name=schema, table=t, replace_files=[str(path)],

@@ -5,13 +5,14 @@
     <root>/<S>/<T>/_log/<20-digit N>.claim       the writer preparing version N (removed on commit)
     <root>/<S>/<T>/v<20-digit N>/                a complete records directory
     <root>/<S>/<T>/changes/v<20-digit N>/        the changes of version N (itself a records directory)
+    <root>/<S>/~name, <root>/<S>/<T>/~name       the full name, for a folder shortened by naming.encode_name
 """
 from __future__ import annotations
 
 import re
 import uuid
 
-from destination.table_store.naming import encode_name
+from destination.table_store.naming import NAME_OBJECT, encode_name, is_shortened
 
 VERSION_DIGITS = 20
 _VERSION_DIR = re.compile(r"^v(\d{20})$")
@@ -23,6 +24,21 @@ def schema_prefix(schema: str) -> str:
 
 def table_prefix(schema: str, table: str) -> str:
     return f"{schema_prefix(schema)}/{encode_name(table)}"
+
+
+def name_object(prefix: str) -> str:
+    """Where the full name of the folder `prefix` is kept when that folder is a shortened long name."""
+    return f"{prefix}/{NAME_OBJECT}"
+
+
+def full_name_objects(schema: str, table: str) -> dict[str, str]:
+    """path → name for the folders of `schema`.`table` that are shortened (usually none)."""
+    objects: dict[str, str] = {}
+    if is_shortened(schema_prefix(schema)):
+        objects[name_object(schema_prefix(schema))] = schema
+    if is_shortened(encode_name(table)):
+        objects[name_object(table_prefix(schema, table))] = table
+    return objects
 
 
 def version_dir_name(version: int) -> str:

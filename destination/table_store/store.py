@@ -32,7 +32,7 @@ from destination.storage.base import Storage
 from destination.table_model import TableDef
 from destination.table_store import layout, records
 from destination.table_store.datafiles import DataFile, empty_table, write_data_file
-from destination.table_store.naming import decode_name
+from destination.table_store.naming import NAME_OBJECT, decode_name, is_shortened
 
 CLAIM_LEASE_SECONDS = 1800.0
 CLAIM_WAIT_SECONDS = 600.0
@@ -151,10 +151,24 @@ class TableStore:
         )
 
     def list_schemas(self) -> list[str]:
-        return [decode_name(n) for n in self.storage.list_children("") if not n.startswith((".", "_"))]
+        return [self._name_of(n, n) for n in self.storage.list_children("") if not n.startswith((".", "_"))]
 
     def list_tables(self, schema: str) -> list[str]:
-        return [decode_name(n) for n in self.storage.list_children(layout.schema_prefix(schema)) if not n.startswith(".")]
+        parent = layout.schema_prefix(schema)
+        return [self._name_of(n, f"{parent}/{n}") for n in self.storage.list_children(parent)
+                if not n.startswith(".") and n != NAME_OBJECT]
+
+    def _name_of(self, folder: str, prefix: str) -> str:
+        """The schema or table name of `folder` (at `prefix`): decoded, or read back when it was shortened."""
+        if is_shortened(folder):
+            return self.storage.read_bytes(layout.name_object(prefix)).decode("utf-8")
+        return decode_name(folder)
+
+    def _keep_full_names(self, schema: str, table: str) -> None:
+        """Store the full name of each shortened folder of the table, once (listing reads them back)."""
+        for path, name in layout.full_name_objects(schema, table).items():
+            if not self.storage.exists(path):
+                self.storage.write_bytes(path, name.encode("utf-8"))
 
     # ---- writing ---------------------------------------------------------------------------
 
@@ -169,6 +183,7 @@ class TableStore:
         AlreadyApplied for a batch_id committed before.
         """
         prefix = layout.table_prefix(schema, table)
+        self._keep_full_names(schema, table)
         deadline = time.monotonic() + CLAIM_WAIT_SECONDS
         conflicts = 0
         while conflicts < MAX_ATTEMPTS:
