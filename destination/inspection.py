@@ -14,7 +14,6 @@ from destination.changes.reader import net_between, read_range
 from destination.errors import DestinationError
 from destination.storage.base import StorageSpec, open_storage
 from destination.table_store.datafiles import align, read_data_file
-from destination.table_store import layout
 from destination.table_store.store import TableStore
 
 
@@ -79,7 +78,7 @@ def show_changes(root: str, name: str, start: int, end: int | None, net: bool, l
     if names is None:
         return 2
     store = _store(root, s3)
-    prefix = layout.table_prefix(*names)
+    prefix = store.table_prefix(*names)
     latest = store.latest_version_number(prefix)
     end = latest if end is None else end
     if latest == 0:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import uuid
 
-from destination.table_store.naming import NAME_OBJECT, encode_name, is_shortened
+from destination.table_store.naming import NAME_OBJECT, encode_name, escape_name, is_shortened
 
 VERSION_DIGITS = 20
 _VERSION_DIR = re.compile(r"^v(\d{20})$")
@@ -24,6 +24,11 @@ def schema_prefix(schema: str) -> str:
 
 def table_prefix(schema: str, table: str) -> str:
     return f"{schema_prefix(schema)}/{encode_name(table)}"
+
+
+def unshortened_table_prefix(schema: str, table: str) -> str:
+    """The table's folder under the plain encoding, as it was before long names were shortened."""
+    return f"{escape_name(schema)}/{escape_name(table)}"
 
 
 def name_object(prefix: str) -> str:

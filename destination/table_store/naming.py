@@ -9,7 +9,8 @@ A folder name longer than MAX_FOLDER_BYTES (local filesystems hold at most 255
 bytes per path component) is shortened: its first bytes, `~~`, then 32 hex digits
 of the SHA-256 of the full name. The regular encoding never forms `~~` (a `~` is
 always followed by two hex digits), so names of either kind cannot collide, and
-every name that fit before keeps its folder. The full name of a shortened folder
+every name that fit before keeps its folder (and a table that S3 holds under a longer
+folder from before keeps it too: TableStore.table_prefix). The full name of a shortened folder
 is kept in the object `<folder>/~name` (NAME_OBJECT), which no encoded name can equal.
 """
 from __future__ import annotations
@@ -28,15 +29,16 @@ NAME_OBJECT = "~name"
 
 
 def encode_name(name: str) -> str:
-    if not name:
-        raise BadRequest("empty schema or table name")
-    folder = _escape(name)
+    folder = escape_name(name)
     if len(folder.encode("utf-8")) <= MAX_FOLDER_BYTES:
         return folder
     return _shortened(folder, name)
 
 
-def _escape(name: str) -> str:
+def escape_name(name: str) -> str:
+    """The plain encoding, of any length (what every folder was before long names were shortened)."""
+    if not name:
+        raise BadRequest("empty schema or table name")
     out: list[str] = []
     for ch in name:
         if ch.isalnum() or ch in "-_":

@@ -127,7 +127,7 @@ class TableStore:
         return n
 
     def load(self, schema: str, table: str, version: int | None = None) -> TableVersion | None:
-        prefix = layout.table_prefix(schema, table)
+        prefix = self.table_prefix(schema, table)
         n = version if version is not None else self.latest_version_number(prefix)
         if n == 0:
             return None
@@ -164,8 +164,20 @@ class TableStore:
             return self.storage.read_bytes(layout.name_object(prefix)).decode("utf-8")
         return decode_name(folder)
 
-    def _keep_full_names(self, schema: str, table: str) -> None:
+    def table_prefix(self, schema: str, table: str) -> str:
+        """The table's folder (layout.table_prefix), except that a table S3 holds under the longer folder names
+        it was created with, before names over 255 bytes were shortened, keeps that folder."""
+        prefix = layout.table_prefix(schema, table)
+        if self.storage.spec.is_s3:
+            unshortened = layout.unshortened_table_prefix(schema, table)
+            if unshortened != prefix and self.storage.exists(layout.latest_path(unshortened)):
+                return unshortened
+        return prefix
+
+    def _keep_full_names(self, schema: str, table: str, prefix: str) -> None:
         """Store the full name of each shortened folder of the table, once (listing reads them back)."""
+        if prefix != layout.table_prefix(schema, table):
+            return  # an unshortened folder from before: its names decode
         for path, name in layout.full_name_objects(schema, table).items():
             if not self.storage.exists(path):
                 self.storage.write_bytes(path, name.encode("utf-8"))
@@ -182,8 +194,8 @@ class TableStore:
         to change. It is called again on a fresh base if another writer commits first. Raises
         AlreadyApplied for a batch_id committed before.
         """
-        prefix = layout.table_prefix(schema, table)
-        self._keep_full_names(schema, table)
+        prefix = self.table_prefix(schema, table)
+        self._keep_full_names(schema, table, prefix)
         deadline = time.monotonic() + CLAIM_WAIT_SECONDS
         conflicts = 0
         while conflicts < MAX_ATTEMPTS:
@@ -219,7 +231,7 @@ class TableStore:
 
     def drop(self, schema: str, table: str) -> None:
         """Remove a table entirely (Migrate drop_table, replacing a copy target)."""
-        self.storage.delete_prefix(layout.table_prefix(schema, table))
+        self.storage.delete_prefix(self.table_prefix(schema, table))
 
     # ---- protocol steps ----------------------------------------------------------------------
 
