@@ -1,6 +1,7 @@
 """Row conversion for AlterTable: re-encode stored rows under a new table definition."""
 from __future__ import annotations
 
+import decimal
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -77,7 +78,8 @@ def convert_table(old: pa.Table, old_def: TableDef, new_def: TableDef, version: 
 
 # ---- AlterTable's check before a lossy type change (destination/type_changes.py) --------------------------
 
-TEXT_TYPES = ("STRING", "XML", "JSON")  # a text value that converts is the value; nothing to compare back
+TEXT_TYPES = ("STRING", "XML", "JSON")  # a text value that converts is kept, except numbers: compared as numbers
+NUMBER_TYPES = ("SHORT", "INT", "LONG", "DECIMAL", "FLOAT", "DOUBLE")
 
 
 def _same(before: pa.Array, back: pa.Array) -> np.ndarray:
@@ -104,9 +106,28 @@ def _restored(before: pa.Array, after: pa.Array, old_col: ColumnDef) -> np.ndarr
     return restored
 
 
+def _number(text: str | None) -> decimal.Decimal | None:
+    try:
+        return decimal.Decimal(text.strip()) if text is not None else None
+    except decimal.InvalidOperation:
+        return None
+
+
+def _same_number(before: pa.Array, after: pa.Array) -> np.ndarray:
+    """Per row: the text `before` and the number `after` are the same number (`1.5` and 1.50 are; `1.234`
+    and 1.23, rounded to a DECIMAL's scale, are not). Per value in Python: only for a checked column."""
+    shown = after.cast(pa.string()).to_pylist()
+    same = np.zeros(len(before), dtype=bool)
+    for row, (text, number) in enumerate(zip(before.to_pylist(), shown)):
+        a, b = _number(text), _number(number)
+        same[row] = a is not None and b is not None and (a == b or (a.is_nan() and b.is_nan()))
+    return same
+
+
 def lost_values(old: pa.Table, old_def: TableDef, new_def: TableDef, columns: list[str]) -> dict[str, tuple[int, int]]:
     """column → (values that would not survive the change to new_def, index of the first such row), for the
-    columns that lose any. A value survives when it converts and converts back to itself (text: converts)."""
+    columns that lose any. A value survives when it converts and converts back to itself (text: converts, and
+    to a number, the same number)."""
     old_part = old_def.with_columns([old_def.column(c) for c in columns])  # type: ignore[misc]
     new_part = new_def.with_columns([new_def.column(c) for c in columns])  # type: ignore[misc]
     converted, _failures = convert_table(old.select(columns), old_part, new_part, 0)
@@ -117,9 +138,11 @@ def lost_values(old: pa.Table, old_def: TableDef, new_def: TableDef, columns: li
         missing = pc.and_(before.is_valid(), after.is_null()).to_numpy(zero_copy_only=False)
         old_col = old_def.column(name)
         assert old_col is not None
+        present = pc.and_(before.is_valid(), after.is_valid()).to_numpy(zero_copy_only=False)
         if old_col.type not in TEXT_TYPES:
-            present = pc.and_(before.is_valid(), after.is_valid()).to_numpy(zero_copy_only=False)
             missing = missing | (present & ~_restored(before, after, old_col))
+        elif new_def.column(name).type in NUMBER_TYPES:  # type: ignore[union-attr]
+            missing = missing | (present & ~_same_number(before, after))
         count = int(missing.sum())
         if count:
             lost[name] = (count, int(np.argmax(missing)))

@@ -70,6 +70,19 @@ def test_string_to_int_is_refused_unless_every_value_converts(stub, configuratio
     assert sorted((r["id"], r["code"]) for r in rows_of(configuration, "lossy_text", "t")) == [(i, i * 7) for i in range(1000)]
 
 
+def test_text_to_a_number_must_keep_the_number(stub, configuration, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    before = _table_with_rows(stub, configuration, tmp_path, "text_number", [("id", "INT", True), ("amount", "STRING")],
+                              [{"id": "1", "amount": "1.5"}, {"id": "2", "amount": " 2 "}, {"id": "3", "amount": "1.234"}])
+    altered = table("t", [("id", "INT", True), ("amount", "DECIMAL", False, (10, 2)), SYNCED])
+    _assert_refused(stub, configuration, "text_number", before, altered,  # 1.234 would be rounded to 1.23
+                    "column 'amount' STRING -> DECIMAL(10,2): 1 stored values", "Example row: key id=3")
+    _write_rows(stub, configuration, "text_number", before, [{"id": "3", "amount": "1.23", "_fivetran_synced": STAMP}],
+                tmp_path)
+    assert _alter(stub, configuration, "text_number", altered).WhichOneof("response") == "success"
+    amounts = sorted((r["id"], r["amount"]) for r in rows_of(configuration, "text_number", "t"))
+    assert amounts == [(1, decimal.Decimal("1.50")), (2, decimal.Decimal("2.00")), (3, decimal.Decimal("1.23"))]
+
+
 def test_decimals_are_never_narrowed(stub, configuration, tmp_path) -> None:  # type: ignore[no-untyped-def]
     schema = "decimals"
     before = _table_with_rows(stub, configuration, tmp_path, schema, [("id", "INT", True), ("amount", "DECIMAL", False, (38, 10))],
