@@ -25,6 +25,15 @@ class UserActionRequired(DestinationError):
     """The user must change something (configuration, credentials, table definition)."""
 
 
+class RefusedChange(UserActionRequired):
+    """A change that would destroy data (AlterTable): str() is the log text; `task_message` adds one row's key,
+    which the user needs to find the row and which is kept out of logs."""
+
+    def __init__(self, message: str, example_key: str) -> None:
+        super().__init__(message)
+        self.task_message = f"{message}. Example row: key {example_key}"
+
+
 class StorageError(UserActionRequired):
     """The table store could not be reached or refused an operation."""
 

@@ -14,7 +14,6 @@ from destination.changes.reader import net_between, read_range
 from destination.errors import DestinationError
 from destination.storage.base import StorageSpec, open_storage
 from destination.table_store.datafiles import align, read_data_file
-from destination.table_store import layout
 from destination.table_store.store import TableStore
 
 
@@ -37,7 +36,7 @@ def list_tables(root: str, s3: dict[str, str]) -> int:
                 continue
             if current is None:
                 continue
-            latest = store.latest_version_number(layout.table_prefix(schema, table))
+            latest = store.latest_version_number(store.table_prefix(schema, table))
             note = f"  versions after {current.version} lack files: run `repair {schema}.{table}`" if latest > current.version else ""
             print(f"{schema:<24} {table:<32} {current.version:>8} {current.rows:>12} {len(current.files):>6}{note}")
     return 0
@@ -85,7 +84,7 @@ def show_changes(root: str, name: str, start: int, end: int | None, net: bool, l
     if names is None:
         return 2
     store = _store(root, s3)
-    prefix = layout.table_prefix(*names)
+    prefix = store.table_prefix(*names)
     latest = store.latest_version_number(prefix)
     end = latest if end is None else end
     if latest == 0:

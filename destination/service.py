@@ -119,7 +119,8 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
                         result, detail = method(self, request, backend, schema, table)
                 except (UserActionRequired, CommitConflict) as exc:
                     logs.warning(f"{label}: {exc}")
-                    return response(task=common.Task(message=f"{name} {schema}.{table}: {exc}"))
+                    message = getattr(exc, "task_message", exc)  # RefusedChange: with an example key, not logged
+                    return response(task=common.Task(message=f"{name} {schema}.{table}: {message}"))
                 except BadRequest as exc:
                     logs.warning(f"{label}: rejected: {exc}")
                     context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{name} {schema}.{table}: {exc}")

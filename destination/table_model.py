@@ -21,7 +21,7 @@ FIVETRAN_TYPES = (
     "UTC_DATETIME", "BINARY", "XML", "STRING", "JSON", "NAIVE_TIME",
 )
 DEFAULT_DECIMAL = (38, 10)
-MAX_DECIMAL_PRECISION = 38
+MAX_DECIMAL_PRECISION = 76  # Arrow decimal256 / Parquet; beyond 38 digits Redshift and Spark cannot read it
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@
 | BOOLEAN         | bool                            | boolean                              |
 | SHORT/INT/LONG  | int16 / int32 / int64           | integer, min/max of the width        |
 | DECIMAL(p,s)    | decimal128(p,s), p ≤ 38         | decimal, fixed_precision/fixed_scale |
+|                 | decimal256(p,s), 38 < p ≤ 76    |                                      |
 | FLOAT / DOUBLE  | float32 / float64               | decimal, fp 32/23 or 64/53           |
 | NAIVE_DATE      | date32                          | date                                 |
 | NAIVE_DATETIME  | timestamp[us] (no zone)         | datetime                             |
@@ -15,6 +16,13 @@
 
 The exact Fivetran type is kept in each field's `sql/fivetran` representation so
 DescribeTable round-trips types and DECIMAL parameters.
+
+DECIMAL is never narrowed: precision above 38 keeps every digit as decimal256 (Parquet
+FIXED_LEN_BYTE_ARRAY; pyarrow and pandas read it, Redshift and Spark stop at 38 digits);
+above 76 no Parquet reader holds the value exactly, and the request is refused.
+A scale above the precision (DECIMAL(60,70)) keeps its Oracle meaning: at most p
+significant digits, all after the point (|x| < 10^(p-s)); it is stored as
+decimal(s,s), which holds every such value, and described as declared.
 """
 from __future__ import annotations
 
@@ -53,21 +61,30 @@ _RECORDS_TYPE = {
 
 
 def normalize_column(col: ColumnDef) -> ColumnDef:
-    """Validate the type and clamp DECIMAL parameters to what Arrow/Parquet hold (precision ≤ 38)."""
+    """Validate the type and the DECIMAL parameters (defaults filled in; never narrowed: see the module doc)."""
     if col.type not in _RECORDS_TYPE:
         raise BadRequest(f"column {col.name!r}: unsupported data type {col.type!r}")
     if col.type != "DECIMAL":
         return ColumnDef(col.name, col.type, col.primary_key, None, None, col.string_byte_length)
     precision = col.precision or DEFAULT_DECIMAL[0]
     scale = col.scale if col.scale is not None else DEFAULT_DECIMAL[1]
-    precision = max(1, min(precision, MAX_DECIMAL_PRECISION))
-    scale = max(0, min(scale, precision))
+    if max(precision, scale) > MAX_DECIMAL_PRECISION:
+        raise BadRequest(f"column {col.name!r}: DECIMAL({precision},{scale}) needs more than the "
+                         f"{MAX_DECIMAL_PRECISION} digits Parquet holds exactly; use STRING for such values")
     return ColumnDef(col.name, col.type, col.primary_key, precision, scale, None)
+
+
+def decimal_storage(col: ColumnDef) -> tuple[int, int]:
+    """(precision, scale) of a DECIMAL column's Arrow type: a scale above the precision needs `scale` digits."""
+    precision = col.precision or DEFAULT_DECIMAL[0]
+    scale = col.scale if col.scale is not None else DEFAULT_DECIMAL[1]
+    return max(precision, scale), scale
 
 
 def arrow_type(col: ColumnDef) -> pa.DataType:
     if col.type == "DECIMAL":
-        return pa.decimal128(col.precision or DEFAULT_DECIMAL[0], col.scale if col.scale is not None else DEFAULT_DECIMAL[1])
+        precision, scale = decimal_storage(col)
+        return pa.decimal128(precision, scale) if precision <= 38 else pa.decimal256(precision, scale)
     try:
         return _ARROW_SIMPLE[col.type]
     except KeyError:
@@ -92,7 +109,7 @@ def records_field(col: ColumnDef, index: int, single_key: bool) -> dict[str, Any
         lo, hi = _INT_RANGES[col.type]
         constraints["min"], constraints["max"] = str(lo), str(hi)
     elif col.type == "DECIMAL":
-        constraints["fixed_precision"], constraints["fixed_scale"] = col.precision, col.scale
+        constraints["fixed_precision"], constraints["fixed_scale"] = decimal_storage(col)
     elif col.type in _FLOAT_BITS:
         constraints["fp_total_bits"], constraints["fp_significand_bits"] = _FLOAT_BITS[col.type]
     elif col.string_byte_length is not None and rtype == "string":

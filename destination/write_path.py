@@ -15,19 +15,19 @@ from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from destination.changes.files import STAGING, ChangeTarget, write_empty
 from destination.changes.metadata import ROWS, SNAPSHOT, ZERO_TOTALS, ChangeParts, ChangeSet, change_set
 from destination.changes.settings import ChangeSettings
-from destination.errors import BadRequest, DestinationError, StorageError, TableNotFound, UserActionRequired
+from destination.errors import BadRequest, DestinationError, RefusedChange, StorageError, TableNotFound, UserActionRequired
 from destination.ops_builder import BatchFileRef, BatchPlan, bucket_chunks, file_operations, with_keys
-from destination.table_model import SYNCED, ColumnDef, TableDef
+from destination.table_model import ColumnDef, TableDef
 from destination.table_store.datafiles import DataFile, align, read_data_file
 from destination.table_store.store import PendingVersion, TableStore, TableVersion, VersionTarget
+from destination.type_changes import checked_columns, key_changed
 from destination.type_mapping import normalize_column
-from spark_jobs.alter import convert_table
+from spark_jobs.alter import check_conversion_task, colliding_keys, convert_table, key_text
 from spark_jobs.merge import CHANGES, OP, REPLACE, SEQ, UNMOD
 from spark_jobs.runner import ReduceFn, TaskFn, run_shuffled, run_units
 from spark_jobs.tasks import (JobContext, decode_file_task, distinct, format_changes_task, load_files_task, merge_bucket_task,
@@ -252,14 +252,39 @@ class WritePath:
         new = plan_alter(current.table, requested, drop_columns)
         if new == current.table:
             return Outcome(current.version)
-        if set(new.key_columns) != set(current.table.key_columns):
+        self._refuse_lossy_change(schema, current, new)
+        if key_changed(current.table, new):
             return self._rekey(schema, new)
         committed = self.rewrite_all(schema, new, "alter_table")
         return Outcome(committed.version if committed else None)
 
+    def _refuse_lossy_change(self, schema: str, current: TableVersion, new: TableDef) -> None:
+        """Before anything is written: a Spark job over the stored files counts the values of each column whose
+        type change may lose values (destination/type_changes.py) that would not convert; any → RefusedChange."""
+        columns = checked_columns(current.table, new)
+        units = [{"file": f.to_json(), "old_table": current.table.to_json(), "columns": columns}
+                 for f in current.files if f.rows] if columns else []
+        if not units:
+            return
+        ctx = JobContext(self.store.storage.spec, current.directory, current.directory, new.to_json(), current.version)
+        try:
+            results = run_units(self._spark(), check_conversion_task, ctx, units, f"check alter {schema}.{new.name}")
+        except Exception as exc:
+            raise _task_error(exc) from None
+        lost: Counter[str] = Counter()
+        examples: dict[str, str] = {}
+        for r in results:
+            lost.update(r["lost"])
+            for name, key in r["example"].items():
+                examples.setdefault(name, key)
+        if lost:
+            first = next(name for name in columns if name in lost)
+            raise RefusedChange(lossy_change_text(current.table, new, lost),
+                                f"{examples[first]} (column {first!r})")
+
     def _rekey(self, schema: str, new: TableDef) -> Outcome:
-        """A primary-key change re-buckets every row: stored rows become replace operations
-        (in `_fivetran_synced` order, so the newest wins if the new key merges rows)."""
+        """A primary-key change (other columns, or a key column's type) re-buckets every row: stored rows become
+        replace operations; refused when two rows would get the same key."""
         def produce(base: TableVersion | None, target: VersionTarget) -> PendingVersion:
             assert base is not None
             storage = self.store.storage
@@ -271,8 +296,11 @@ class WritePath:
                 raise UserActionRequired(
                     f"AlterTable {schema}.{new.name}: the new primary key column(s) {nulls_in_key} are NULL in existing "
                     "rows; back-fill them (Migrate update_column_value) or recreate the table")
-            if SYNCED in converted.column_names:
-                converted = converted.take(pc.sort_indices(converted, sort_keys=[(SYNCED, "ascending")]))
+            collisions, row = colliding_keys(converted, [c for c in new.columns if c.name in new.key_columns])
+            if collisions:
+                raise RefusedChange(f"with the new primary key {new.key_columns}, {collisions} rows would share "
+                                    "their key with another row and be merged, so nothing was changed",
+                                    key_text(converted, row, new.key_columns))
             ops = _stored_rows_as_replace_ops(converted, new)
             units = [{"bucket": b, "chunks": [chunk], "files": []} for b, chunk in bucket_chunks(ops)]
             out = self._run(merge_bucket_task, schema, None, target, new, units, f"rekey {schema}.{new.name}")
@@ -418,6 +446,18 @@ def plan_alter(current: TableDef, requested: TableDef, drop_columns: bool) -> Ta
     known = {c.name for c in current.columns}
     columns += [c for c in wanted.values() if c.name not in known]
     return current.with_columns(columns)
+
+
+def lossy_change_text(old: TableDef, new: TableDef, lost: dict[str, int]) -> str:
+    """The user's reason a type change is refused: each column, its change and how many values it would lose."""
+    columns = []
+    for name, count in lost.items():
+        before, after = old.column(name), new.column(name)
+        assert before is not None and after is not None
+        columns.append(f"column {name!r} {before.ddl()} -> {after.ddl()}: {count} stored values would not convert "
+                       "exactly")
+    return (f"changing the type would lose values, so nothing was changed ({'; '.join(columns)}). Keep the type, "
+            "or correct those values first")
 
 
 def describe_difference(existing: TableDef, requested: TableDef) -> str:

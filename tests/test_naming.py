@@ -5,7 +5,7 @@ import pytest
 
 from destination.errors import BadRequest
 from destination.table_store.layout import table_prefix
-from destination.table_store.naming import decode_name, encode_name
+from destination.table_store.naming import MAX_FOLDER_BYTES, NAME_OBJECT, decode_name, encode_name, is_shortened
 
 
 @pytest.mark.parametrize("name", ["plain_name-1", "with space", "dots.in.name", 'quo"te', "ünïcødé_表", "..", "a/b",
@@ -31,3 +31,24 @@ def test_no_name_reaches_outside_or_forms_partitions(name: str) -> None:
 def test_empty_name_rejected() -> None:
     with pytest.raises(BadRequest):
         encode_name("")
+
+
+LONG_NAMES = ["x" * 1000, "名" * 300, "a b." * 250, "~" * 300]
+
+
+@pytest.mark.parametrize("name", LONG_NAMES)
+def test_long_names_fit_one_path_component(name: str) -> None:
+    folder = encode_name(name)
+    assert len(folder.encode("utf-8")) <= MAX_FOLDER_BYTES and is_shortened(folder)
+    assert encode_name(name) == folder  # the same folder every time
+    assert "/" not in folder and not folder.startswith((".", "_")) and folder != NAME_OBJECT
+
+
+def test_long_names_sharing_their_head_get_different_folders() -> None:
+    assert encode_name("x" * 1000) != encode_name("x" * 999 + "y")
+
+
+def test_names_that_fit_keep_their_folder() -> None:
+    fits = "名" * 85  # 255 bytes: the longest folder a local filesystem holds
+    assert encode_name(fits) == fits and not is_shortened(fits)
+    assert not is_shortened(encode_name("my table.v2")) and not is_shortened(encode_name("~" * 85))

@@ -6,13 +6,14 @@
     <root>/<S>/<T>/_log/<20-digit N>.claim.<k>   the k-th takeover of that claim (the highest k holds it)
     <root>/<S>/<T>/v<20-digit N>/                a complete records directory
     <root>/<S>/<T>/changes/v<20-digit N>/        the changes of version N (itself a records directory)
+    <root>/<S>/~name, <root>/<S>/<T>/~name       the full name, for a folder shortened by naming.encode_name
 """
 from __future__ import annotations
 
 import re
 import uuid
 
-from destination.table_store.naming import encode_name
+from destination.table_store.naming import NAME_OBJECT, encode_name, escape_name, is_shortened
 
 VERSION_DIGITS = 20
 _VERSION_DIR = re.compile(r"^v(\d{20})$")
@@ -24,6 +25,26 @@ def schema_prefix(schema: str) -> str:
 
 def table_prefix(schema: str, table: str) -> str:
     return f"{schema_prefix(schema)}/{encode_name(table)}"
+
+
+def unshortened_table_prefix(schema: str, table: str) -> str:
+    """The table's folder under the plain encoding, as it was before long names were shortened."""
+    return f"{escape_name(schema)}/{escape_name(table)}"
+
+
+def name_object(prefix: str) -> str:
+    """Where the full name of the folder `prefix` is kept when that folder is a shortened long name."""
+    return f"{prefix}/{NAME_OBJECT}"
+
+
+def full_name_objects(schema: str, table: str) -> dict[str, str]:
+    """path → name for the folders of `schema`.`table` that are shortened (usually none)."""
+    objects: dict[str, str] = {}
+    if is_shortened(schema_prefix(schema)):
+        objects[name_object(schema_prefix(schema))] = schema
+    if is_shortened(encode_name(table)):
+        objects[name_object(table_prefix(schema, table))] = table
+    return objects
 
 
 def version_dir_name(version: int) -> str:

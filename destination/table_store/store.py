@@ -40,7 +40,7 @@ from destination.storage.base import Storage
 from destination.table_model import TableDef
 from destination.table_store import layout, records
 from destination.table_store.datafiles import DataFile, empty_table, write_data_file
-from destination.table_store.naming import decode_name
+from destination.table_store.naming import NAME_OBJECT, decode_name, is_shortened
 
 CLAIM_LEASE_SECONDS = 1800.0
 CLAIM_WAIT_SECONDS = 600.0
@@ -175,7 +175,7 @@ class TableStore:
         """The given version (IncompleteVersion if it lacks files), or the newest complete one."""
         if version is not None:
             return self._load_version(schema, table, version) if version else None
-        return self._last_complete(schema, table, self.latest_version_number(layout.table_prefix(schema, table)))
+        return self._last_complete(schema, table, self.latest_version_number(self.table_prefix(schema, table)))
 
     def _last_complete(self, schema: str, table: str, n: int) -> TableVersion | None:
         """The newest complete version at or below n: a table whose latest committed version is incomplete stays
@@ -192,7 +192,7 @@ class TableStore:
 
     def _load_version(self, schema: str, table: str, n: int) -> TableVersion | None:
         """Version n; None if it was never committed; IncompleteVersion if committed but lacking a file."""
-        prefix = layout.table_prefix(schema, table)
+        prefix = self.table_prefix(schema, table)
         directory = layout.version_dir(prefix, n)
         try:
             meta = json.loads(self.storage.read_bytes(f"{directory}/{records.TABLE_JSON}"))
@@ -211,7 +211,7 @@ class TableStore:
 
     def _uncommitted(self, schema: str, table: str, n: int, missing: list[str]) -> None:
         """A version lacking files is one still being written (None), unless it is committed (IncompleteVersion)."""
-        if self.storage.exists(layout.log_path(layout.table_prefix(schema, table), n)):
+        if self.storage.exists(layout.log_path(self.table_prefix(schema, table), n)):
             raise IncompleteVersion(self.storage, schema, table, n, missing)
         return None
 
@@ -221,10 +221,36 @@ class TableStore:
         return [name for name in names if name not in present]
 
     def list_schemas(self) -> list[str]:
-        return [decode_name(n) for n in self.storage.list_children("") if not n.startswith((".", "_"))]
+        return [self._name_of(n, n) for n in self.storage.list_children("") if not n.startswith((".", "_"))]
 
     def list_tables(self, schema: str) -> list[str]:
-        return [decode_name(n) for n in self.storage.list_children(layout.schema_prefix(schema)) if not n.startswith(".")]
+        parent = layout.schema_prefix(schema)
+        return [self._name_of(n, f"{parent}/{n}") for n in self.storage.list_children(parent)
+                if not n.startswith(".") and n != NAME_OBJECT]
+
+    def _name_of(self, folder: str, prefix: str) -> str:
+        """The schema or table name of `folder` (at `prefix`): decoded, or read back when it was shortened."""
+        if is_shortened(folder):
+            return self.storage.read_bytes(layout.name_object(prefix)).decode("utf-8")
+        return decode_name(folder)
+
+    def table_prefix(self, schema: str, table: str) -> str:
+        """The table's folder (layout.table_prefix), except that a table S3 holds under the longer folder names
+        it was created with, before names over 255 bytes were shortened, keeps that folder."""
+        prefix = layout.table_prefix(schema, table)
+        if self.storage.spec.is_s3:
+            unshortened = layout.unshortened_table_prefix(schema, table)
+            if unshortened != prefix and self.storage.exists(layout.latest_path(unshortened)):
+                return unshortened
+        return prefix
+
+    def _keep_full_names(self, schema: str, table: str, prefix: str) -> None:
+        """Store the full name of each shortened folder of the table, once (listing reads them back)."""
+        if prefix != layout.table_prefix(schema, table):
+            return  # an unshortened folder from before: its names decode
+        for path, name in layout.full_name_objects(schema, table).items():
+            if not self.storage.exists(path):
+                self.storage.write_bytes(path, name.encode("utf-8"))
 
     # ---- writing ---------------------------------------------------------------------------
 
@@ -244,7 +270,7 @@ class TableStore:
         """When the latest committed version is incomplete, commit the newest complete version's files (and
         definition) as a new version. None: the latest version is complete, nothing to do. The incomplete
         versions' rows are not restored (their files are gone): the table needs a re-sync afterwards."""
-        latest = self.latest_version_number(layout.table_prefix(schema, table))
+        latest = self.latest_version_number(self.table_prefix(schema, table))
         if latest == 0:
             raise UserActionRequired(f"table {schema}.{table} has no committed version in {self.storage.spec.root}")
         try:
@@ -272,7 +298,8 @@ class TableStore:
                produce: Callable[[TableVersion | None, VersionTarget], PendingVersion | None],
                batch_id: str | None, load_base: Callable[[str, str, int], TableVersion | None]) -> TableVersion | None:
         """The commit protocol around `produce`; `load_base(schema, table, n)` reads the base version."""
-        prefix = layout.table_prefix(schema, table)
+        prefix = self.table_prefix(schema, table)
+        self._keep_full_names(schema, table, prefix)
         deadline = time.monotonic() + CLAIM_WAIT_SECONDS
         conflicts: list[CommitConflict] = []
         while len(conflicts) < MAX_ATTEMPTS:
@@ -312,7 +339,7 @@ class TableStore:
 
     def drop(self, schema: str, table: str) -> None:
         """Remove a table entirely (Migrate drop_table, replacing a copy target)."""
-        self.storage.delete_prefix(layout.table_prefix(schema, table))
+        self.storage.delete_prefix(self.table_prefix(schema, table))
 
     # ---- protocol steps ----------------------------------------------------------------------
 
