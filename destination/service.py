@@ -20,6 +20,7 @@ import grpc
 from destination import logs
 from destination.changes.settings import change_settings
 from destination.errors import BadRequest, CommitConflict, DestinationError, UserActionRequired, scrub
+from destination.conversion import failure_summary
 from destination.migrations import migrate, migration_target
 from destination.ops_builder import plan_batch
 from destination.protocol import common, sdk, sdk_grpc
@@ -202,9 +203,8 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
             outcome = backend.writer.write_batch(schema, table, plan, rpc)
         except AlreadyApplied as done:
             return sdk.WriteBatchResponse(success=True), f"{len(plan.files)} files already applied in version {done.version} (retried request)"
-        if outcome.failures_by_column:
-            logs.warning(f"[{rpc}] {schema}.{table}: values that did not convert to their column type were stored "
-                         f"as NULL (BINARY: raw bytes) and recorded in _destination_meta: {outcome.failures_by_column}")
+        for failure, count in sorted(outcome.failures_by_column.items()):
+            logs.warning(f"[{rpc}] {schema}.{table}: {failure_summary(failure, count)}")
         return sdk.WriteBatchResponse(success=True), (f"{outcome.rows} rows from {len(plan.files)} files: "
                                                       f"{outcome.counts}, version {outcome.version} "
                                                       f"({outcome.timing_text()})")
