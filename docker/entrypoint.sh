@@ -22,7 +22,9 @@ fi
 # shellcheck disable=SC2086  # DROP_TO_SERVER is a list of options
 if [ -d "$DATA_DIR" ] && ! setpriv $DROP_TO_SERVER -- test -w "$DATA_DIR"; then
     echo "entrypoint: $DATA_DIR is not writable by uid $SERVER_UID: making that user its owner" >&2
-    chown "$SERVER_UID:$SERVER_UID" "$DATA_DIR"
+    # a read-only or root-squashed mount refuses: the server still starts (an S3 root needs no /data)
+    chown "$SERVER_UID:$SERVER_UID" "$DATA_DIR" || echo "entrypoint: cannot change the owner of $DATA_DIR;" \
+        "make it writable for uid $SERVER_UID on the host (e.g. sudo chown $SERVER_UID <dir>)" >&2
 fi
 # exec: the server replaces this shell, so it is PID 1 and receives docker's SIGTERM
 # shellcheck disable=SC2086

@@ -82,3 +82,19 @@ def test_entrypoint_started_as_another_user_runs_the_command_as_it_is(mounts: Pa
     done = entrypoint(mounts, data, "id", "-u", as_uid=OTHER_UID)
     assert done.returncode == 0 and done.stdout.split() == [str(OTHER_UID)], done.stderr
     assert data.stat().st_uid == 0
+
+
+def test_entrypoint_starts_the_server_even_when_the_owner_cannot_change(mounts: Path) -> None:
+    data = mounts / "data"
+    data.mkdir(mode=0o755)
+    refusing = mounts / "bin"  # a chown that fails, as on a read-only or root-squashed mount
+    refusing.mkdir()
+    (refusing / "chown").write_text("#!/bin/sh\necho 'chown: Operation not permitted' >&2\nexit 1\n")
+    (refusing / "chown").chmod(0o755)
+    done = subprocess.run(["sh", str(mounts / "entrypoint.sh"), "id", "-u"], capture_output=True, text=True,
+                          env={**os.environ, "RECORDS_DESTINATION_DATA": str(data),
+                               "PATH": f"{refusing}:{os.environ['PATH']}"}, timeout=60)
+    assert done.returncode == 0 and done.stdout.split() == [str(SERVER_UID)], done.stderr
+    assert (f"entrypoint: cannot change the owner of {data}; make it writable for uid {SERVER_UID} on the host "
+            f"(e.g. sudo chown {SERVER_UID} <dir>)") in done.stderr
+    assert data.stat().st_uid == 0
