@@ -1,6 +1,7 @@
 """User errors on the command line get a message and an exit code, never a Python traceback."""
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -77,3 +78,29 @@ def test_changes_with_a_limit_prints_the_total(stub, tmp_path: Path, capsys) -> 
     assert main(["changes", "c.t", "--from-version", "1", "--limit", "1", "--root", configuration["root"]]) == 0
     out = capsys.readouterr().out
     assert "c.t: changes from version 1 to 2: 3 rows" in out, out
+
+
+def test_tester_with_a_missing_or_broken_configuration_says_so(tmp_path: Path) -> None:
+    source = tmp_path / "input.json"
+    source.write_text("{}")
+    missing = tmp_path / "no-configuration.json"
+    done = run("tester", "--input", str(source), "--configuration", str(missing))
+    assert done.returncode == 2 and f"FAIL the configuration file {str(missing)!r} does not exist" in done.stdout
+    broken = tmp_path / "configuration.json"  # found beside the input
+    broken.write_text("{root: x}")
+    done = run("tester", "--input", str(source))
+    assert done.returncode == 2, done
+    assert f"FAIL the configuration file {str(broken)!r} is not a JSON object: Expecting property name" in done.stdout
+    assert "Traceback" not in done.stderr
+
+
+def test_tester_reports_an_input_file_that_is_not_json(grpc_server: str, tmp_path: Path) -> None:
+    source = tmp_path / "inputs"
+    source.mkdir()
+    (source / "broken.json").write_text("{")
+    (source / "configuration.json").write_text(json.dumps({"root": str(tmp_path / "root")}))
+    done = run("tester", "--input", str(source), "--address", grpc_server)
+    assert done.returncode == 1, done
+    assert "FAIL Input broken.json: cannot read the input file: Expecting property name enclosed in double quotes" \
+        in done.stdout
+    assert "Traceback" not in done.stderr

@@ -348,22 +348,18 @@ class Harness:
             self.report("Migrate", op_name, "unknown schema_migration operation in the input", False)
 
 
+class TesterInputError(Exception):
+    """An input or configuration file the tester cannot use (the message says which and why)."""
+
+
 def run_tester(input_path: str, *, address: str, schema: str, plain_text: bool, batch_file_type: str,
                configuration_file: str | None = None, batch_dir: str | None = None,
                server_batch_dir: str | None = None, connect_timeout: float = 10.0) -> int:
-    source = Path(input_path)
-    if not source.exists():
-        print(f"FAIL the input {input_path!r} does not exist")
-        return 2
-    files = sorted(p for p in source.glob("*.json") if p.name != "configuration.json") if source.is_dir() else [source]
-    conf_path = Path(configuration_file) if configuration_file else (source if source.is_dir() else source.parent) / "configuration.json"
-    if configuration_file and not conf_path.is_file():
-        print(f"FAIL the configuration file {configuration_file!r} does not exist")
-        return 2
     try:
-        configuration = json.loads(conf_path.read_text()) if conf_path.is_file() else {}
-    except json.JSONDecodeError as exc:
-        print(f"FAIL the configuration file {str(conf_path)!r} is not JSON: {exc}")
+        files = input_files(Path(input_path))
+        configuration = read_configuration(Path(input_path), configuration_file)
+    except TesterInputError as exc:
+        print(f"FAIL {exc}")
         return 2
     with batch_workdir(batch_dir) as workdir:
         paths = batch_path_map(workdir, batch_dir, server_batch_dir)
@@ -383,6 +379,28 @@ def run_tester(input_path: str, *, address: str, schema: str, plain_text: bool, 
                 harness.report("Input", f.name, f"cannot read the input file: {exc}", False)
     print(f"summary: {harness.calls} calls, {harness.calls - harness.failures} succeeded, {harness.failures} failed")
     return 1 if harness.failures else 0
+
+
+def input_files(source: Path) -> list[Path]:
+    """The input file, or a folder's .json files but configuration.json, in name order."""
+    if not source.exists():
+        raise TesterInputError(f"the input {str(source)!r} does not exist")
+    if source.is_dir():
+        return sorted(p for p in source.glob("*.json") if p.name != "configuration.json")
+    return [source]
+
+
+def read_configuration(source: Path, configuration_file: str | None) -> dict[str, str]:
+    """--configuration, else the configuration.json beside the input (if any), else none."""
+    path = Path(configuration_file) if configuration_file else (source if source.is_dir() else source.parent) / "configuration.json"
+    if not path.is_file():
+        if configuration_file:
+            raise TesterInputError(f"the configuration file {configuration_file!r} does not exist")
+        return {}
+    try:
+        return dict(json.loads(path.read_text()))
+    except (json.JSONDecodeError, TypeError, ValueError) as exc:
+        raise TesterInputError(f"the configuration file {str(path)!r} is not a JSON object: {exc}") from None
 
 
 @contextmanager
