@@ -19,8 +19,8 @@ import grpc
 
 from destination import logs
 from destination.changes.settings import change_settings
-from destination.errors import BadRequest, CommitConflict, DestinationError, UserActionRequired, scrub
 from destination.conversion import failure_summary
+from destination.errors import BadRequest, CommitConflict, DestinationError, UserActionRequired, scrub
 from destination.migrations import migrate, migration_target
 from destination.ops_builder import plan_batch
 from destination.protocol import common, sdk, sdk_grpc
