@@ -15,16 +15,19 @@ COPY pyproject.toml setup.py README.md ./
 COPY protos ./protos
 COPY destination ./destination
 COPY spark_jobs ./spark_jobs
+COPY docker/entrypoint.sh /usr/local/bin/records-destination-entrypoint
 # hadolint ignore=DL3013
 RUN python3 -m pip install --no-cache-dir . \
     && useradd --create-home --uid 10001 destination \
-    && mkdir -p /data && chown destination /data
+    && mkdir -p /data && chown destination:destination /data \
+    && chmod 0755 /usr/local/bin/records-destination-entrypoint
 
-USER 10001
+# No USER: the entrypoint starts as root only to make a mounted /data writable for uid 10001 (a bind mount the
+# docker daemon creates is root's), then runs the server as uid 10001 with setpriv (docker/entrypoint.sh).
 ENV PYTHONUNBUFFERED=1
 EXPOSE 50052
 VOLUME ["/data"]
 HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
     CMD ["python3", "-m", "destination.healthcheck", "localhost:50052"]
-ENTRYPOINT ["records-destination", "serve"]
+ENTRYPOINT ["records-destination-entrypoint", "records-destination", "serve"]
 CMD ["--port", "50052", "--root", "/data"]

@@ -6,6 +6,7 @@ import os
 import sys
 
 from destination import logs
+from destination.errors import DestinationError
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -24,7 +25,9 @@ def _tester(args: argparse.Namespace) -> int:
     from destination.tester.harness import run_tester
 
     return run_tester(args.input, address=args.address, schema=args.schema_name, plain_text=args.plain_text,
-                      batch_file_type=args.batch_file_type, configuration_file=args.configuration)
+                      batch_file_type=args.batch_file_type, configuration_file=args.configuration,
+                      batch_dir=args.batch_dir, server_batch_dir=args.server_batch_dir,
+                      connect_timeout=args.connect_timeout)
 
 
 def _tables(args: argparse.Namespace) -> int:
@@ -75,6 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
     tester.add_argument("--plain-text", action="store_true", help="send uncompressed, unencrypted files")
     tester.add_argument("--batch-file-type", choices=("csv", "parquet"), default="csv")
     tester.add_argument("--configuration", help="configuration.json (default: the one beside the input, if any)")
+    tester.add_argument("--batch-dir", help="write the batch files under this directory, readable by the server's "
+                                            "user (default: a private temporary directory)")
+    tester.add_argument("--server-batch-dir", help="the path at which the server sees --batch-dir, e.g. its mount "
+                                                   "in the container (as the Fivetran tester's WORKING_DIR; "
+                                                   "default: the same path)")
+    tester.add_argument("--connect-timeout", type=float, default=10.0,
+                        help="seconds to wait for the server to answer (default 10)")
     tester.set_defaults(func=_tester)
 
     for name, helptext in (("tables", "list schemas, tables, versions and row counts"), ("show", "print a table's rows")):
@@ -112,7 +122,17 @@ def _store_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, so that a closed pipe is caught below and not at interpreter exit
+        return code
+    except BrokenPipeError:  # stdout closed early (`| head`): stop quietly, as the Python docs advise
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    except DestinationError as exc:  # a user's mistake (a missing root, bad credentials): the cause, no traceback
+        print(f"records-destination {args.command}: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import json
 import json.scanner
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -346,8 +347,17 @@ def changes_column(failures: list[Failure], num_rows: int) -> pa.Array:
     return pa.array([json.dumps(per_row[i]) if i in per_row else None for i in range(num_rows)], pa.string())
 
 
-def count_by_column(failures: list[Failure]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for f in failures:
-        counts[f.field] = counts.get(f.field, 0) + 1
-    return counts
+FailureKey = tuple[str, str, str]  # (column, change, reason)
+_REASON_TEXT = {SERIALIZATION_ERROR: "not convertible to the column type", SIZE_LIMITATION: "over the type's size limit"}
+_CHANGE_TEXT = {NULLED: "stored as NULL", TRUNCATED: "kept as their raw bytes (not valid base64)"}
+
+
+def count_by_column(failures: list[Failure]) -> dict[FailureKey, int]:
+    """Failures counted per column, change and reason: what the write's log reports (never the values)."""
+    return dict(Counter((f.field, f.change, f.reason) for f in failures))
+
+
+def failure_summary(key: FailureKey, count: int) -> str:
+    column, change, reason = key
+    return (f"column {column!r}: {count} value(s) {_CHANGE_TEXT.get(change, change)}, "
+            f"{reason} ({_REASON_TEXT.get(reason, reason)}); recorded in _destination_meta")

@@ -11,13 +11,16 @@ from destination.changes import cdf
 from destination.changes.arcion import value_text
 from destination.changes.reader import net_between, read_range
 
-from destination.errors import DestinationError
+from destination.errors import DestinationError, UserActionRequired
 from destination.storage.base import StorageSpec, open_storage
 from destination.table_store.datafiles import align, read_data_file
 from destination.table_store.store import TableStore
 
 
 def _store(root: str, s3: dict[str, str]) -> TableStore:
+    """The store at `root`; a local root must exist (opening it for writes would create it)."""
+    if not root.startswith("s3://") and not os.path.isdir(root):
+        raise UserActionRequired(f"the root directory {root!r} does not exist")
     spec = StorageSpec(root=root, s3_endpoint=s3.get("s3_endpoint", ""), s3_region=s3.get("s3_region", ""),
                        access_key_id=os.environ.get("AWS_ACCESS_KEY_ID", ""),
                        secret_access_key=os.environ.get("AWS_SECRET_ACCESS_KEY", ""))
@@ -103,6 +106,7 @@ def show_changes(root: str, name: str, start: int, end: int | None, net: bool, l
     except DestinationError as exc:
         print(f"error: {exc}")
         return 1
+    total = rows.num_rows
     if limit is not None:
         rows = rows.slice(0, limit)
     if output == "jsonl":
@@ -110,7 +114,7 @@ def show_changes(root: str, name: str, start: int, end: int | None, net: bool, l
         for i in range(rows.num_rows):
             print(json.dumps({n: t[i] for n, t in texts.items()}, ensure_ascii=False))
         return 0
-    print(f"{name}: {'net ' if net else ''}changes from version {start} to {end}: {rows.num_rows} rows")
+    print(f"{name}: {'net ' if net else ''}changes from version {start} to {end}: {total} rows")
     if rows.num_rows:
         print(rows.to_pandas().to_string(max_colwidth=40))
     return 0

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from destination.batch.reader import DecodedBatch, FileFormat, iter_batch_file
-from destination.conversion import Failure, changes_column, count_by_column
+from destination.conversion import Failure, FailureKey, changes_column, count_by_column
 from destination.errors import BadBatchFile
 from destination.table_model import START, TableDef
 from destination.type_mapping import arrow_type
@@ -61,7 +61,7 @@ class FileOperations:
 
     parts: list[pa.Table] = field(default_factory=list)
     rows: int = 0
-    failures_by_column: dict[str, int] = field(default_factory=dict)
+    failures_by_column: dict[FailureKey, int] = field(default_factory=dict)
 
     def chunks(self) -> list[tuple[int, bytes]]:
         """(bucket, Arrow IPC stream of that bucket's operations), in bucket order. The file is split once:

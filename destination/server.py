@@ -41,9 +41,13 @@ def build_server(options: ServerOptions, port: int, workers: int = 8) -> tuple[g
     except RuntimeError:
         bound = 0
     if not bound:
-        bound = server.add_insecure_port(f"0.0.0.0:{port}")
+        try:
+            bound = server.add_insecure_port(f"0.0.0.0:{port}")
+        except RuntimeError:
+            bound = 0
     if not bound:
-        raise SystemExit(f"cannot listen on port {port}")
+        raise SystemExit(f"cannot listen on port {port}: it is in use by another process (or not allowed); "
+                         "stop that process or choose another --port")
     return server, health_servicer, service, bound
 
 

@@ -19,12 +19,14 @@ import grpc
 
 from destination import logs
 from destination.changes.settings import change_settings
+from destination.conversion import failure_summary
 from destination.errors import BadRequest, CommitConflict, DestinationError, UserActionRequired, scrub
 from destination.migrations import migrate, migration_target
 from destination.ops_builder import plan_batch
 from destination.protocol import common, sdk, sdk_grpc
 from destination.proto_convert import file_format, table_from_proto, table_to_proto
-from destination.settings import TEST_SPARK, TEST_STORAGE, ServerOptions, configuration_form, storage_spec
+from destination.settings import (TEST_SPARK, TEST_STORAGE, ServerOptions, configuration_form, storage_spec,
+                                  unknown_fields_message)
 from destination.storage.base import StorageSpec, open_storage
 from destination.table_model import DELETED
 from destination.table_store.store import AlreadyApplied, TableLocks, TableStore
@@ -47,6 +49,7 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         self.locks = TableLocks()
         self._stores: dict[StorageSpec, TableStore] = {}
         self._stores_lock = threading.Lock()
+        self._warned_configurations: set[str] = set()
 
     # ---- plumbing ----------------------------------------------------------------------
 
@@ -56,6 +59,7 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
     def backend(self, configuration: Any) -> Backend:
         """The store of the configuration's root (one per root, kept) and a writer with its change settings."""
         config = dict(configuration)
+        self._warn_unknown_fields(config)
         spec = storage_spec(config, self.options)
         changes = change_settings(config)
         with self._stores_lock:
@@ -63,6 +67,13 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
             if store is None:
                 store = self._stores[spec] = TableStore(open_storage(spec))
         return Backend(store, WritePath(store, self.spark, changes))
+
+    def _warn_unknown_fields(self, config: dict[str, str]) -> None:
+        """Once per distinct set of unknown fields: every request carries the configuration."""
+        message = unknown_fields_message(config)
+        if message is not None and message not in self._warned_configurations:
+            self._warned_configurations.add(message)
+            logs.warning(message)
 
     # ---- RPCs without a table ------------------------------------------------------------
 
@@ -193,9 +204,8 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
             outcome = backend.writer.write_batch(schema, table, plan, rpc)
         except AlreadyApplied as done:
             return sdk.WriteBatchResponse(success=True), f"{len(plan.files)} files already applied in version {done.version} (retried request)"
-        if outcome.failures_by_column:
-            logs.warning(f"[{rpc}] {schema}.{table}: values that did not convert to their column type were stored "
-                         f"as NULL (BINARY: raw bytes) and recorded in _destination_meta: {outcome.failures_by_column}")
+        for failure, count in sorted(outcome.failures_by_column.items()):
+            logs.warning(f"[{rpc}] {schema}.{table}: {failure_summary(failure, count)}")
         return sdk.WriteBatchResponse(success=True), (f"{outcome.rows} rows from {len(plan.files)} files: "
                                                       f"{outcome.counts}, version {outcome.version} "
                                                       f"({outcome.timing_text()})")

@@ -56,8 +56,31 @@ def configuration_form() -> common.ConfigurationFormResponse:
                                             fields=fields, tests=tests)
 
 
+def known_fields() -> list[str]:
+    return [f.name for f in configuration_form().fields]
+
+
+def unknown_fields_message(configuration: dict[str, str]) -> str | None:
+    """A warning naming the configuration's fields that the form does not know (a typo such as `rooot`), or None."""
+    known = known_fields()
+    unknown = sorted(set(configuration) - set(known))
+    if not unknown:
+        return None
+    return (f"configuration field(s) {', '.join(map(repr, unknown))} unknown and ignored; "
+            f"the known fields are {', '.join(known)}")
+
+
+def _looks_like_mistyped_s3(root: str) -> bool:
+    """`s3:/x`, `s3//x`, `S3://x`: never meant as a local folder named `s3:`."""
+    lowered = root.lower()
+    return not root.startswith("s3://") and (lowered.startswith("s3:") or lowered.startswith("s3//"))
+
+
 def storage_spec(configuration: dict[str, str], options: ServerOptions) -> StorageSpec:
     root = (configuration.get("root") or "").strip() or options.root
+    if _looks_like_mistyped_s3(root):
+        raise UserActionRequired(f"root {root!r} looks like a mistyped S3 URL: write s3://bucket/prefix "
+                                 "(lower case, two slashes)")
     if root.startswith("s3a://") or root.startswith("s3n://"):
         raise UserActionRequired(f"root {root!r}: use the s3:// scheme")
     if "://" in root and not root.startswith("s3://"):

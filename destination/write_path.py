@@ -20,6 +20,7 @@ from pyspark.sql import SparkSession
 from destination.changes.files import STAGING, ChangeTarget, write_empty
 from destination.changes.metadata import ROWS, SNAPSHOT, ZERO_TOTALS, ChangeParts, ChangeSet, change_set
 from destination.changes.settings import ChangeSettings
+from destination.conversion import FailureKey
 from destination.errors import BadRequest, DestinationError, RefusedChange, StorageError, TableNotFound, UserActionRequired
 from destination.ops_builder import BatchFileRef, BatchPlan, bucket_chunks, file_operations, with_keys
 from destination.table_model import ColumnDef, TableDef
@@ -39,7 +40,7 @@ class Outcome:
     version: int | None  # None: the table does not exist
     counts: dict[str, int] = field(default_factory=dict)
     rows: int = 0  # operations read from the request's files
-    failures_by_column: dict[str, int] = field(default_factory=dict)  # values that did not convert
+    failures_by_column: dict[FailureKey, int] = field(default_factory=dict)  # values that did not convert
     timings: dict[str, float] = field(default_factory=dict)  # seconds: the Spark job, its tasks summed (and
     # the decode tasks summed, where a path decodes in tasks of their own)
 
@@ -115,7 +116,7 @@ class WritePath:
         """A small request: decoded here, merged by one task per bucket it touches (a shuffle's two stages
         cost more than the decode itself at this size)."""
         parts: list[pa.Table] = []
-        failures: Counter[str] = Counter()
+        failures: Counter[FailureKey] = Counter()
         rows = 0
         for ref in plan.files:
             ops = file_operations(base.table, ref, plan.fmt)
@@ -153,7 +154,7 @@ class WritePath:
                 storage.delete(f"{target.directory}/{f.name}")
             storage.delete_prefix(target.changes_directory)
             return None
-        failures: Counter[str] = Counter()
+        failures: Counter[FailureKey] = Counter()
         for load in loads:
             failures.update(load["failures_by_column"])
         out.meta = {"rows": sum(load["rows"] for load in loads), "failures_by_column": dict(failures)}

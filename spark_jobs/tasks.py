@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from destination.changes.events import ChangeEvents, deletes, empty_events, pair_changes, updates
 from destination.changes.files import ChangeTarget, format_staged, write_events, write_snapshot
 from destination.changes.metadata import ROWS, SNAPSHOT
-from destination.conversion import convert_column
+from destination.conversion import FailureKey, convert_column
 from destination.ops_builder import BatchFileRef, file_operations, from_ipc, split_by_bucket
 from destination.storage.base import Storage, StorageSpec, open_storage
 from destination.table_model import TableDef
@@ -108,7 +108,7 @@ def merge_shuffled_task(files_by_bucket: dict[int, list[dict[str, Any]]], ctx: J
                         payloads: list[Any]) -> dict[str, Any]:
     """Reduce side of a write: the request's counts (key META), or one bucket's merge over its chunks."""
     if key == META:
-        failures: Counter[str] = Counter()
+        failures: Counter[FailureKey] = Counter()
         for meta in payloads:
             failures.update(meta["failures_by_column"])
         return {"meta": {"rows": sum(m["rows"] for m in payloads), "files": len(payloads),
@@ -134,7 +134,7 @@ def load_files_task(ctx: JobContext, unit: dict[str, Any]) -> dict[str, Any]:
     counts = MergeCounts()
     changes: list[dict[str, Any]] = []
     hashes: list[np.ndarray] = []
-    failures: Counter[str] = Counter()
+    failures: Counter[FailureKey] = Counter()
     rows = noops = 0
     for ref in unit["refs"]:
         ops = file_operations(table_def, ref, unit["fmt"])

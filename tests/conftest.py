@@ -86,3 +86,15 @@ def stub(grpc_server: str):  # type: ignore[no-untyped-def]
 
     channel = grpc.insecure_channel(grpc_server)
     return sdk_grpc.DestinationConnectorStub(channel)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark what needs Spark (the session, the in-process server, a server process) or S3 (the SeaweedFS server, the s3 backend), so
+    that `-m "not spark and not s3"` selects the quick tests."""
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if "spark" in names or "server_process" in names:  # server_process: a `serve` subprocess, Spark inside
+            item.add_marker(pytest.mark.spark)
+        if "s3_server" in names or params.get("configuration") == "s3":
+            item.add_marker(pytest.mark.s3)

@@ -14,6 +14,20 @@ from destination.errors import StorageError
 from destination.storage.base import ObjectInfo, Storage, StorageSpec
 
 
+def process_umask() -> int:
+    """The process umask, read without changing it (os.umask can only set it, racing other threads)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    current = os.umask(0o022)  # no /proc (not Linux): set and restore
+    os.umask(current)
+    return current
+
+
 class LocalStorage(Storage):
     def __init__(self, spec: StorageSpec) -> None:
         self.spec = spec
@@ -37,6 +51,8 @@ class LocalStorage(Storage):
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
         try:
+            # mkstemp creates 0600; the renamed file must be as readable as the data files beside it
+            os.fchmod(fd, 0o666 & ~process_umask())
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
                 fh.flush()

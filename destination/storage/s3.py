@@ -11,6 +11,7 @@ from urllib.parse import urlparse
 import boto3
 import botocore.config
 import botocore.exceptions
+import botocore.utils
 import pyarrow.fs as pafs
 
 from destination.errors import StorageError
@@ -27,6 +28,28 @@ _HINTS = {
 }
 
 
+def _bad_endpoint(endpoint: str) -> StorageError:
+    return StorageError(f"s3_endpoint {endpoint!r} is not a valid endpoint URL: expected http://host:port or "
+                        "https://host[:port]")
+
+
+def endpoint_url(endpoint: str) -> str | None:
+    """The endpoint as a URL (http:// when it names no scheme), None for AWS; checked before any credential is used."""
+    if not endpoint:
+        return None
+    url = endpoint if "://" in endpoint else "http://" + endpoint
+    parsed = urlparse(url)
+    try:
+        parsed.port  # raises on a port that is not a number in range
+    except ValueError:
+        raise _bad_endpoint(endpoint) from None
+    # botocore's own host check, which otherwise fails later with a bare "ValueError: Invalid endpoint"
+    valid_host = botocore.utils.is_valid_endpoint_url(url) or botocore.utils.is_valid_ipv6_endpoint_url(url)
+    if parsed.scheme not in ("http", "https") or not valid_host:
+        raise _bad_endpoint(endpoint)
+    return url
+
+
 class S3Storage(Storage):
     def __init__(self, spec: StorageSpec) -> None:
         self.spec = spec
@@ -35,9 +58,7 @@ class S3Storage(Storage):
         if not self.bucket:
             raise StorageError(f"root {spec.root!r} names no bucket (expected s3://bucket/prefix)")
         self.prefix = parsed.path.strip("/")
-        endpoint = spec.s3_endpoint or None
-        if endpoint and "://" not in endpoint:
-            endpoint = "http://" + endpoint
+        endpoint = endpoint_url(spec.s3_endpoint)
         self._endpoint = endpoint
         self.client = boto3.session.Session().client(
             "s3",
@@ -64,6 +85,9 @@ class S3Storage(Storage):
             code = str(exc.response.get("Error", {}).get("Code", ""))
             hint = _HINTS.get(code) or exc.response.get("Error", {}).get("Message", "") or code
             return StorageError(f"S3 {what} in bucket {self.bucket!r} failed: {code}: {hint}")
+        if isinstance(exc, botocore.exceptions.SSLError):
+            return StorageError(f"S3 endpoint {self._endpoint} failed the TLS handshake ({what}): the endpoint does "
+                                "not speak HTTPS (use http://) or its certificate is not trusted; check `s3_endpoint`")
         if isinstance(exc, botocore.exceptions.EndpointConnectionError):
             return StorageError(f"S3 endpoint {self._endpoint or 'AWS'} is unreachable ({what}); check `s3_endpoint`")
         if isinstance(exc, botocore.exceptions.NoCredentialsError):

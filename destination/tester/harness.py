@@ -13,9 +13,10 @@ import os
 import random
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from pathlib import Path, PurePosixPath
+from typing import Any, Iterator
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -89,9 +90,21 @@ class Pending:
         self.rows.setdefault(table, {}).setdefault(kind, []).append(row)
 
 
+@dataclass(frozen=True)
+class PathMap:
+    """Where the tester writes batch files and where the server reads them: the same directory seen from the
+    server's side (a container's mount), as the Fivetran tester's WORKING_DIR maps its /data."""
+
+    local: Path
+    server: PurePosixPath
+
+    def server_path(self, path: Path) -> str:
+        return str(self.server / path.relative_to(self.local).as_posix())
+
+
 class Harness:
     def __init__(self, address: str, schema: str, configuration: dict[str, str], plain_text: bool,
-                 batch_file_type: str, workdir: Path) -> None:
+                 batch_file_type: str, workdir: Path, paths: PathMap | None = None) -> None:
         self.channel = grpc.insecure_channel(address, options=[("grpc.max_send_message_length", MAX_MESSAGE),
                                                                 ("grpc.max_receive_message_length", MAX_MESSAGE)])
         self.stub = sdk_grpc.DestinationConnectorStub(self.channel)
@@ -100,6 +113,7 @@ class Harness:
         self.plain_text = plain_text
         self.batch_file_type = batch_file_type
         self.workdir = workdir
+        self.paths = paths or PathMap(workdir, PurePosixPath(workdir.as_posix()))
         self.tables: dict[str, TesterTable] = {}
         self.calls = 0
         self.failures = 0
@@ -228,9 +242,11 @@ class Harness:
             plain = csv_bytes(columns, rows, self.rng)
         key = None if self.plain_text else os.urandom(32)
         path.write_bytes(plain if self.plain_text else seal(plain, key))
+        path.chmod(0o644)  # the server may run as another user (a container's)
+        server_path = self.paths.server_path(path)
         if key is not None:
-            keys[str(path)] = key
-        return str(path)
+            keys[server_path] = key
+        return server_path
 
     def _attach(self, request: Any, table: TesterTable, parts: list[tuple[str, str, list[dict[str, str | None]], list[str]]]) -> None:
         """Write each non-empty part as one batch file into the request's file list, with its key."""
@@ -332,22 +348,75 @@ class Harness:
             self.report("Migrate", op_name, "unknown schema_migration operation in the input", False)
 
 
+class TesterInputError(Exception):
+    """An input or configuration file the tester cannot use (the message says which and why)."""
+
+
 def run_tester(input_path: str, *, address: str, schema: str, plain_text: bool, batch_file_type: str,
-               configuration_file: str | None = None) -> int:
-    source = Path(input_path)
-    files = sorted(p for p in source.glob("*.json") if p.name != "configuration.json") if source.is_dir() else [source]
-    conf_path = Path(configuration_file) if configuration_file else (source if source.is_dir() else source.parent) / "configuration.json"
-    configuration = json.loads(conf_path.read_text()) if conf_path.is_file() else {}
-    with tempfile.TemporaryDirectory(prefix="tester-") as tmp:
-        harness = Harness(address, schema, configuration, plain_text, batch_file_type, Path(tmp))
+               configuration_file: str | None = None, batch_dir: str | None = None,
+               server_batch_dir: str | None = None, connect_timeout: float = 10.0) -> int:
+    try:
+        files = input_files(Path(input_path))
+        configuration = read_configuration(Path(input_path), configuration_file)
+    except TesterInputError as exc:
+        print(f"FAIL {exc}")
+        return 2
+    with batch_workdir(batch_dir) as workdir:
+        paths = batch_path_map(workdir, batch_dir, server_batch_dir)
+        harness = Harness(address, schema, configuration, plain_text, batch_file_type, workdir, paths)
         try:
-            grpc.channel_ready_future(harness.channel).result(timeout=120)
+            grpc.channel_ready_future(harness.channel).result(timeout=connect_timeout)
         except grpc.FutureTimeoutError:
-            print(f"FAIL cannot reach the destination at {address}")
+            print(f"FAIL cannot reach the destination at {address} within {connect_timeout:g} s "
+                  "(is the server running? --connect-timeout waits longer)")
             return 2
         harness.setup()
         for f in files:
             print(f"== {f.name}")
-            harness.run_file(f)
+            try:
+                harness.run_file(f)
+            except (OSError, json.JSONDecodeError) as exc:
+                harness.report("Input", f.name, f"cannot read the input file: {exc}", False)
     print(f"summary: {harness.calls} calls, {harness.calls - harness.failures} succeeded, {harness.failures} failed")
     return 1 if harness.failures else 0
+
+
+def input_files(source: Path) -> list[Path]:
+    """The input file, or a folder's .json files but configuration.json, in name order."""
+    if not source.exists():
+        raise TesterInputError(f"the input {str(source)!r} does not exist")
+    if source.is_dir():
+        return sorted(p for p in source.glob("*.json") if p.name != "configuration.json")
+    return [source]
+
+
+def read_configuration(source: Path, configuration_file: str | None) -> dict[str, str]:
+    """--configuration, else the configuration.json beside the input (if any), else none."""
+    path = Path(configuration_file) if configuration_file else (source if source.is_dir() else source.parent) / "configuration.json"
+    if not path.is_file():
+        if configuration_file:
+            raise TesterInputError(f"the configuration file {configuration_file!r} does not exist")
+        return {}
+    try:
+        return dict(json.loads(path.read_text()))
+    except (json.JSONDecodeError, TypeError, ValueError) as exc:
+        raise TesterInputError(f"the configuration file {str(path)!r} is not a JSON object: {exc}") from None
+
+
+@contextmanager
+def batch_workdir(batch_dir: str | None) -> Iterator[Path]:
+    """A fresh directory for this run's batch files (removed afterwards): inside --batch-dir, which the server
+    must be able to read (0755 whatever the umask), or a private temporary directory."""
+    parent = Path(batch_dir).resolve() if batch_dir is not None else None
+    if parent is not None:
+        parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="tester-", dir=parent) as tmp:
+        if batch_dir is not None:
+            Path(tmp).chmod(0o755)
+        yield Path(tmp)
+
+
+def batch_path_map(workdir: Path, batch_dir: str | None, server_batch_dir: str | None) -> PathMap:
+    """--batch-dir as the tester sees it, --server-batch-dir (default: the same path) as the server does."""
+    local = Path(batch_dir).resolve() if batch_dir is not None else workdir
+    return PathMap(local, PurePosixPath(server_batch_dir or local.as_posix()))

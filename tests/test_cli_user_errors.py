@@ -1,0 +1,106 @@
+"""User errors on the command line get a message and an exit code, never a Python traceback."""
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from destination.cli import build_parser, main
+from tests.rpc_helpers import table
+from tests.s3server import free_port
+from tests.test_write_path import create, write
+
+BIN = Path(sys.executable).parent / "records-destination"
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN), *args], capture_output=True, text=True, timeout=120)
+
+
+def test_tester_with_a_missing_input_says_so(tmp_path: Path) -> None:
+    missing = tmp_path / "nothing.json"
+    done = run("tester", "--input", str(missing), "--address", f"127.0.0.1:{free_port()}")
+    assert done.returncode == 2 and f"FAIL the input {str(missing)!r} does not exist" in done.stdout, done
+    assert "Traceback" not in done.stderr
+
+
+def test_tester_gives_up_on_an_unreachable_server_after_its_connect_timeout(tmp_path: Path) -> None:
+    assert build_parser().parse_args(["tester", "--input", "x.json"]).connect_timeout == 10.0
+    source = tmp_path / "input.json"
+    source.write_text("{}")
+    address = f"127.0.0.1:{free_port()}"  # nothing listens there
+    done = run("tester", "--input", str(source), "--address", address, "--connect-timeout", "1")
+    assert done.returncode == 2, done
+    assert (f"FAIL cannot reach the destination at {address} within 1 s (is the server running? --connect-timeout "
+            "waits longer)") in done.stdout
+    assert "Traceback" not in done.stderr
+
+
+def test_serve_on_a_busy_port_says_so(tmp_path: Path) -> None:
+    with socket.socket(socket.AF_INET6) as busy:
+        busy.bind(("::", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = run("serve", "--port", str(port), "--root", str(tmp_path / "root"))
+    assert done.returncode != 0
+    assert (f"cannot listen on port {port}: it is in use by another process (or not allowed); stop that process or "
+            "choose another --port") in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_tables_of_a_missing_root_exits_non_zero_without_creating_it(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-root"
+    done = run("tables", "--root", str(missing))
+    assert done.returncode == 1
+    assert f"records-destination tables: the root directory {str(missing)!r} does not exist" in done.stderr, done
+    assert "Traceback" not in done.stderr and not missing.exists()
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    proc = subprocess.Popen([str(BIN), "tables", "--root", str(root)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # as `| head` does once it has its lines: every write now fails with EPIPE
+    errors = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 1
+    assert "Traceback" not in errors and "BrokenPipeError" not in errors, errors
+
+
+def test_changes_with_a_limit_prints_the_total(stub, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    configuration = {"root": str(tmp_path / "root"), "changes": "parquet"}
+    t = table("t", [("id", "INT", True), ("v", "STRING")])
+    create(stub, configuration, "c", t)
+    write(stub, configuration, "c", t, tmp_path, replace=[{"id": str(i), "v": "x"} for i in range(3)])
+    capsys.readouterr()
+    assert main(["changes", "c.t", "--from-version", "1", "--limit", "1", "--root", configuration["root"]]) == 0
+    out = capsys.readouterr().out
+    assert "c.t: changes from version 1 to 2: 3 rows" in out, out
+
+
+def test_tester_with_a_missing_or_broken_configuration_says_so(tmp_path: Path) -> None:
+    source = tmp_path / "input.json"
+    source.write_text("{}")
+    missing = tmp_path / "no-configuration.json"
+    done = run("tester", "--input", str(source), "--configuration", str(missing))
+    assert done.returncode == 2 and f"FAIL the configuration file {str(missing)!r} does not exist" in done.stdout
+    broken = tmp_path / "configuration.json"  # found beside the input
+    broken.write_text("{root: x}")
+    done = run("tester", "--input", str(source))
+    assert done.returncode == 2, done
+    assert f"FAIL the configuration file {str(broken)!r} is not a JSON object: Expecting property name" in done.stdout
+    assert "Traceback" not in done.stderr
+
+
+def test_tester_reports_an_input_file_that_is_not_json(grpc_server: str, tmp_path: Path) -> None:
+    source = tmp_path / "inputs"
+    source.mkdir()
+    (source / "broken.json").write_text("{")
+    (source / "configuration.json").write_text(json.dumps({"root": str(tmp_path / "root")}))
+    done = run("tester", "--input", str(source), "--address", grpc_server)
+    assert done.returncode == 1, done
+    assert "FAIL Input broken.json: cannot read the input file: Expecting property name enclosed in double quotes" \
+        in done.stdout
+    assert "Traceback" not in done.stderr

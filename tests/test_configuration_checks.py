@@ -1,0 +1,58 @@
+"""Configuration mistakes get a precise answer through the real server: unknown fields, mistyped S3 roots,
+invalid S3 endpoints and an https endpoint that speaks plain HTTP."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from destination.protocol import common, sdk
+from tests.conftest import s3_configuration
+from tests.rpc_helpers import table
+from tests.test_write_path import SYS
+
+
+def storage_test(stub, configuration: dict[str, str]) -> common.TestResponse:  # type: ignore[no-untyped-def]
+    return stub.Test(common.TestRequest(name="storage", configuration=configuration))
+
+
+def create_answer(stub, configuration: dict[str, str]) -> sdk.CreateTableResponse:  # type: ignore[no-untyped-def]
+    t = table("t", [("id", "INT", True), *SYS])
+    return stub.CreateTable(sdk.CreateTableRequest(configuration=configuration, schema_name="conf", table=t))
+
+
+def test_an_unknown_field_is_a_warning_naming_it_and_the_known_ones(stub, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    answer = storage_test(stub, {"root": str(tmp_path / "root"), "rooot": str(tmp_path / "typo")})
+    assert answer.success, answer
+    assert ("configuration field(s) 'rooot' unknown and ignored; the known fields are root, s3_endpoint, s3_region, "
+            "aws_access_key_id, aws_secret_access_key, changes") in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("root", ["s3:/bucket/x", "s3//bucket/x", "S3://bucket/x"])
+def test_a_mistyped_s3_root_is_a_task_not_a_local_folder(stub, root: str, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.chdir(tmp_path)  # a relative root would be created here
+    answer = create_answer(stub, {"root": root})
+    assert answer.WhichOneof("response") == "task", answer
+    assert f"root {root!r} looks like a mistyped S3 URL: write s3://bucket/prefix (lower case, two slashes)" \
+        in answer.task.message
+    assert list(tmp_path.iterdir()) == []
+    failed = storage_test(stub, {"root": root})
+    assert "looks like a mistyped S3 URL" in failed.failure
+
+
+@pytest.mark.parametrize("endpoint", ["http://my host:8333", "http://127.0.0.1:99999", "ftp://127.0.0.1:8333",
+                                      "http://a_b:8333"])
+def test_an_invalid_s3_endpoint_is_a_task_checked_before_the_credentials(stub, endpoint: str) -> None:  # type: ignore[no-untyped-def]
+    configuration = {"root": "s3://bucket/x", "s3_endpoint": endpoint}  # and no credentials
+    expected = (f"s3_endpoint {endpoint!r} is not a valid endpoint URL: expected http://host:port or "
+                "https://host[:port]")
+    answer = create_answer(stub, configuration)
+    assert answer.WhichOneof("response") == "task" and expected in answer.task.message, answer
+    assert expected in storage_test(stub, configuration).failure
+
+
+def test_https_to_a_plain_http_endpoint_says_so_in_words(stub, s3_server) -> None:  # type: ignore[no-untyped-def]
+    configuration = s3_configuration(s3_server, "tls")
+    configuration["s3_endpoint"] = configuration["s3_endpoint"].replace("http://", "https://")
+    failure = storage_test(stub, configuration).failure
+    assert "failed the TLS handshake" in failure and "the endpoint does not speak HTTPS (use http://)" in failure, failure
