@@ -19,7 +19,7 @@ import grpc
 
 from destination import logs
 from destination.changes.settings import change_settings
-from destination.errors import BadRequest, CommitConflict, DestinationError, UserActionRequired, scrub
+from destination.errors import BadRequest, CommitConflict, DestinationError, Unavailable, UserActionRequired, scrub
 from destination.migrations import migrate, migration_target
 from destination.ops_builder import plan_batch
 from destination.protocol import common, sdk, sdk_grpc
@@ -120,6 +120,9 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
                 except (UserActionRequired, CommitConflict) as exc:
                     logs.warning(f"{label}: {exc}")
                     return response(task=common.Task(message=f"{name} {schema}.{table}: {exc}"))
+                except Unavailable as exc:  # transient: Fivetran retries the request
+                    logs.warning(f"{label}: {exc}")
+                    context.abort(grpc.StatusCode.UNAVAILABLE, f"{name} {schema}.{table}: {exc}")
                 except BadRequest as exc:
                     logs.warning(f"{label}: rejected: {exc}")
                     context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{name} {schema}.{table}: {exc}")
