@@ -14,6 +14,8 @@ from pyspark.sql import SparkSession
 
 _lock = threading.Lock()
 _session: SparkSession | None = None
+_DIED = "the Spark JVM has stopped (killed or out of memory)"
+_died = False  # the last session's JVM died and no new one has started yet
 
 SETTINGS = {
     "spark.sql.session.timeZone": "UTC",
@@ -29,6 +31,8 @@ SETTINGS = {
     # rows cross the JVM only as byte arrays (task units, shuffled chunks, results): a small heap bounds the
     # server's memory; local mode runs every executor in this JVM
     "spark.driver.memory": os.environ.get("RECORDS_DESTINATION_DRIVER_MEMORY", "1g"),
+    # a JVM out of heap exits at once instead of limping on: get_session then sees it dead and starts a new one
+    "spark.driver.extraJavaOptions": "-XX:+ExitOnOutOfMemoryError",
 }
 
 
@@ -45,13 +49,14 @@ def _event_log() -> dict[str, str]:
 
 def get_session(master: str = "local[*]") -> SparkSession:
     """Return the live session: created on the first call, and again when the JVM behind it has died."""
-    global _session
+    global _session, _died
     with _lock:
         if _session is not None and not is_alive(_session):
             _discard(_session)
-            _session = None
+            _session, _died = None, True
         if _session is None:
             _session = _start(master)
+            _died = False
         return _session
 
 
@@ -84,20 +89,20 @@ def spark_problem() -> str | None:
     """For health checks: why Spark cannot run a job now, or None when the session is alive."""
     with _lock:
         if _session is None:
-            return "Spark is not started yet"
+            return _DIED if _died else "Spark is not started yet"
         if not is_alive(_session):
-            return "the Spark JVM has stopped (killed or out of memory)"
+            return _DIED
         return None
 
 
 def discard_if_dead() -> bool:
     """After a failed job: drop the session when its JVM died (True), so the next job starts a new one."""
-    global _session
+    global _session, _died
     with _lock:
         if _session is None or is_alive(_session):
             return False
         _discard(_session)
-        _session = None
+        _session, _died = None, True
         return True
 
 
