@@ -25,6 +25,7 @@ MAX_INTERVAL_SECONDS = 60.0
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 _STARTING = "the server is starting"
+_STOPPING = "the server is stopping"
 
 
 def check_interval() -> float:
@@ -84,7 +85,7 @@ class HealthMonitor:
     def stop(self) -> None:
         """No more checks; NOT_SERVING from now on (the server is stopping)."""
         self._stopped.set()
-        self._publish("the server is stopping")
+        self._publish(_STOPPING)
 
     def update(self) -> bool:
         """Check once and publish; try to repair what is wrong. True when a repair ran (check again at once)."""
@@ -120,7 +121,7 @@ class HealthMonitor:
             if reason != self._reason:
                 if reason is None:
                     logs.info("health: SERVING")
-                elif self._reason is _STARTING:  # waiting for Spark at start is expected
+                elif self._reason is _STARTING or reason is _STOPPING:  # expected: no warning
                     logs.info(f"health: NOT_SERVING: {reason}")
                 else:
                     logs.warning(f"health: NOT_SERVING: {reason}")

@@ -62,7 +62,7 @@ def serve(options: ServerOptions, port: int) -> int:
     grace = grace_seconds()
 
     def on_signal(signum: int, _frame: object) -> None:
-        logs.info(f"received signal {signum}: finishing in-flight calls (up to {grace:.0f}s), then stopping")
+        logs.info(f"received signal {signum}: finishing in-flight calls (up to {grace:g}s), then stopping")
         stopping.set()
 
     signal.signal(signal.SIGTERM, on_signal)

@@ -32,7 +32,7 @@ _HINTS = {
     "403": "access denied; check the credentials and the bucket policy",
     "404": "not found; check the bucket name in `root`",
 }
-RETRY_ATTEMPTS = 8  # per call, the first included; botocore backs off up to 2^n s (20 s at most) between them
+RETRY_ATTEMPTS = 6  # per call, the first included; botocore waits a random 0..2^n s (at most 20 s) before retry n
 _TRANSIENT_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestThrottled", "RequestTimeout",
                     "InternalError", "ServiceUnavailable"}
 # pyarrow's S3 errors, as text (they reach the driver inside Spark's Java exceptions): the AWS SDK's retryable kinds
