@@ -1,12 +1,13 @@
 """A TCP proxy on 127.0.0.1 in front of the test S3 server that can make the endpoint fail for a while.
 
-Armed with a trigger (bytes of a request, e.g. the key `_manifest`), the outage starts on the request that holds
-it: that connection is reset, and so are the next `attempts` connections or requests (new connections are accepted
+Armed with a trigger (a bytes regular expression matched against a request, e.g. a PUT of a `_manifest` key), the
+outage starts on the request that matches it: that connection is reset, and so are the next `attempts` connections or requests (new connections are accepted
 and reset at once, as a crashed endpoint behind a load balancer does). The outage is counted in attempts rather
 than seconds, so whether a client's retries outlast it does not depend on timing.
 """
 from __future__ import annotations
 
+import re
 import socket
 import struct
 import threading
@@ -22,7 +23,7 @@ class FaultProxy:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.endpoint = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
         self._lock = threading.Lock()
-        self._trigger: bytes | None = None
+        self._trigger: re.Pattern[bytes] | None = None
         self._outage_attempts = 0
         self._failing = 0  # attempts still to fail; UNTIL_RESTORED: until restore()
         self.failed = 0  # attempts failed so far
@@ -30,10 +31,10 @@ class FaultProxy:
         threading.Thread(target=self._accept, name="fault-proxy", daemon=True).start()
 
     def arm(self, trigger: bytes, attempts: int) -> None:
-        """Start an outage at the first request holding `trigger`, failing it and `attempts` more
-        (UNTIL_RESTORED: every one until `restore`)."""
+        """Start an outage at the first request matching the regular expression `trigger`, failing it and
+        `attempts` more (UNTIL_RESTORED: every one until `restore`)."""
         with self._lock:
-            self._trigger, self._outage_attempts = trigger, attempts
+            self._trigger, self._outage_attempts = re.compile(trigger, re.MULTILINE), attempts
 
     def restore(self) -> None:
         with self._lock:
@@ -46,7 +47,7 @@ class FaultProxy:
     def _should_fail(self, chunk: bytes | None) -> bool:
         """Count one attempt against the outage (a new connection: chunk None; a request: its bytes)."""
         with self._lock:
-            if self._failing == 0 and chunk is not None and self._trigger is not None and self._trigger in chunk:
+            if self._failing == 0 and chunk is not None and self._trigger is not None and self._trigger.search(chunk):
                 self._trigger, self._failing = None, self._outage_attempts + 1 if self._outage_attempts >= 0 else -1
             if self._failing == 0:
                 return False

@@ -23,7 +23,7 @@ T = table("orders", [("id", "LONG", True), ("s", "STRING"), ("_fivetran_synced",
                      ("_fivetran_deleted", "BOOLEAN")])
 KEY = bytes(range(32))
 # the request that must survive: the new version's `_manifest`, written by the driver after the Spark job
-MANIFEST = b"/_manifest HTTP/1.1"
+MANIFEST = rb"^PUT [^ ]*/_manifest HTTP/1\.1"
 
 
 @pytest.fixture
@@ -81,4 +81,21 @@ def test_an_outage_longer_than_the_retries_is_unavailable_and_commits_nothing(  
     assert current is not None and current.version == 1  # the version being written never became visible
     assert rows_of(direct, "s", "orders") == []
     assert _write(stub, through_proxy, 0, tmp_path).WhichOneof("response") == "success"  # Fivetran's retry
+    assert len(rows_of(direct, "s", "orders")) == 50
+
+
+def test_an_outage_in_a_spark_tasks_data_file_write_is_retried_then_unavailable(  # type: ignore[no-untyped-def]
+        stub, through_proxy, proxy, s3_server, tmp_path: Path) -> None:
+    _created(stub, through_proxy)
+    # a merge task's PUT of its new data file (pyarrow's S3 filesystem, in the Spark worker)
+    proxy.arm(rb"^PUT [^ ?]*\.parquet[ ?]", attempts=UNTIL_RESTORED)  # a single PUT or a multipart part
+    with pytest.raises(grpc.RpcError) as failed:
+        _write(stub, through_proxy, 0, tmp_path)
+    proxy.restore()
+    assert failed.value.code() == grpc.StatusCode.UNAVAILABLE, failed.value.details()
+    assert "object storage stayed unreachable" in failed.value.details()
+    assert proxy.failed > 1  # the outage outlasted the request that started it
+    direct = {**through_proxy, "s3_endpoint": s3_server.endpoint}
+    assert TableStore(open_storage(spec_of(direct))).load("s", "orders").version == 1  # type: ignore[union-attr]
+    assert _write(stub, through_proxy, 0, tmp_path).WhichOneof("response") == "success"
     assert len(rows_of(direct, "s", "orders")) == 50
