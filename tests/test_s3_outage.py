@@ -99,3 +99,18 @@ def test_an_outage_in_a_spark_tasks_data_file_write_is_retried_then_unavailable(
     assert TableStore(open_storage(spec_of(direct))).load("s", "orders").version == 1  # type: ignore[union-attr]
     assert _write(stub, through_proxy, 0, tmp_path).WhichOneof("response") == "success"
     assert len(rows_of(direct, "s", "orders")) == 50
+
+
+def test_an_outage_in_a_data_file_write_on_the_server_is_unavailable(  # type: ignore[no-untyped-def]
+        stub, through_proxy, proxy, s3_server) -> None:
+    # CreateTable writes the empty table's data file through pyarrow in the server process itself
+    proxy.arm(rb"^PUT [^ ?]*\.parquet[ ?]", attempts=UNTIL_RESTORED)
+    with pytest.raises(grpc.RpcError) as failed:
+        _created(stub, through_proxy)
+    proxy.restore()
+    assert failed.value.code() == grpc.StatusCode.UNAVAILABLE, failed.value.details()
+    assert "object storage stayed unreachable" in failed.value.details()
+    direct = {**through_proxy, "s3_endpoint": s3_server.endpoint}
+    assert TableStore(open_storage(spec_of(direct))).load("s", "orders") is None  # nothing committed
+    _created(stub, through_proxy)  # Fivetran's retry
+    assert rows_of(direct, "s", "orders") == []

@@ -74,7 +74,8 @@ class S3Storage(Storage):
             aws_access_key_id=spec.access_key_id or None,
             aws_secret_access_key=spec.secret_access_key or None,
             config=botocore.config.Config(
-                retries={"total_max_attempts": retry_attempts(), "mode": "standard"}, connect_timeout=5, read_timeout=60,
+                retries={"total_max_attempts": retry_attempts(), "mode": "standard"},
+                connect_timeout=5, read_timeout=60,
                 s3={"addressing_style": "path"} if endpoint else None,
             ),
         )
