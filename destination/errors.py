@@ -3,6 +3,8 @@
 - `UserActionRequired` → a Task (the sync stops; the message says what to do).
 - `BadBatchFile` / `BadRequest` → gRPC INVALID_ARGUMENT (a malformed request or file).
 - `CommitConflict` → retried internally, then a Task.
+- `Unavailable` (Spark's JVM died, storage unreachable after the retries, server stopping) → gRPC UNAVAILABLE:
+  nothing is wrong with the request or the settings, and Fivetran retries it.
 - anything else → gRPC INTERNAL, logged once as SEVERE.
 Messages name the table, file and cause; they never contain keys or row values.
 """
@@ -49,6 +51,22 @@ class BadBatchFile(BadRequest):
         super().__init__(f"batch file {path!r}: {cause}")
         self.path = path
         self.cause = cause
+
+
+class Unavailable(DestinationError):
+    """A transient failure: the same request may succeed when retried (gRPC UNAVAILABLE)."""
+
+
+class StorageUnavailable(Unavailable):
+    """The object store stayed unreachable (or throttling, or failing with 5xx) through every retry."""
+
+
+class SparkUnavailable(Unavailable):
+    """Spark's JVM stopped (killed, out of memory) during the job; a new session is started for the next one."""
+
+
+class WriteAbandoned(Unavailable):
+    """The server is stopping and could not finish the write before its grace period ran out; nothing was committed."""
 
 
 class CommitConflict(DestinationError):

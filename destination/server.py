@@ -1,6 +1,7 @@
 """The gRPC server: IPv4 + IPv6, 128 MB messages, health and reflection, graceful SIGTERM."""
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from concurrent import futures
@@ -10,9 +11,10 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from destination import logs
+from destination.health_monitor import HealthMonitor, check_interval, root_check, spark_check
 from destination.protocol import sdk, sdk_grpc
 from destination.service import DestinationService
-from destination.settings import ServerOptions
+from destination.settings import ServerOptions, storage_spec
 
 MAX_MESSAGE = 128 * 1024 * 1024
 GRACE_SECONDS = 60.0
@@ -51,33 +53,30 @@ def build_server(options: ServerOptions, port: int, workers: int = 8) -> tuple[g
     return server, health_servicer, service, bound
 
 
+def grace_seconds() -> float:
+    """How long in-flight calls may run after SIGTERM: RECORDS_DESTINATION_GRACE_SECONDS (default 60)."""
+    return float(os.environ.get("RECORDS_DESTINATION_GRACE_SECONDS", GRACE_SECONDS))
+
+
 def serve(options: ServerOptions, port: int) -> int:
     server, health_servicer, service, bound = build_server(options, port)
     server.start()
     logs.info(f"listening on port {bound} (IPv4 and IPv6); tables under {options.root}; starting Spark ({options.spark_master})")
     stopping = threading.Event()
+    grace = grace_seconds()
 
     def on_signal(signum: int, _frame: object) -> None:
-        logs.info(f"received signal {signum}: finishing in-flight calls (up to {GRACE_SECONDS:.0f}s), then stopping")
+        logs.info(f"received signal {signum}: finishing in-flight calls (up to {grace:g}s), then stopping")
         stopping.set()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-
-    def warm_up() -> None:
-        try:
-            service.spark()
-        except Exception as exc:  # health stays NOT_SERVING; the cause is in the log
-            logs.severe(f"Spark failed to start: {type(exc).__name__}: {exc}")
-            return
-        for name in ("", SERVICE_NAME):
-            health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-        logs.info("Spark is ready: SERVING")
-
-    threading.Thread(target=warm_up, name="spark-start", daemon=True).start()
+    # the first check starts Spark; later ones start a new session when its JVM died
+    monitor = HealthMonitor(health_servicer, ("", SERVICE_NAME),
+                            [spark_check(service.spark), root_check(storage_spec({}, options))], check_interval())
+    monitor.start()
     stopping.wait()
-    for name in ("", SERVICE_NAME):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-    server.stop(GRACE_SECONDS).wait()
+    monitor.stop()
+    server.stop(grace).wait()
     logs.info("stopped")
     return 0

@@ -12,15 +12,17 @@ import threading
 import time
 import traceback
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import grpc
 
 from destination import logs
 from destination.changes.settings import change_settings
 from destination.conversion import failure_summary
-from destination.errors import BadRequest, CommitConflict, DestinationError, UserActionRequired, scrub
+from destination.errors import (BadRequest, CommitConflict, DestinationError, StorageUnavailable, Unavailable,
+                                UserActionRequired, scrub)
 from destination.migrations import migrate, migration_target
 from destination.ops_builder import plan_batch
 from destination.protocol import common, sdk, sdk_grpc
@@ -28,6 +30,7 @@ from destination.proto_convert import file_format, table_from_proto, table_to_pr
 from destination.settings import (TEST_SPARK, TEST_STORAGE, ServerOptions, configuration_form, storage_spec,
                                   unknown_fields_message)
 from destination.storage.base import StorageSpec, open_storage
+from destination.storage.s3 import is_transient_arrow_error
 from destination.table_model import DELETED
 from destination.table_store.store import AlreadyApplied, TableLocks, TableStore
 from destination.write_path import WritePath
@@ -35,6 +38,18 @@ from spark_jobs.session import get_session, trivial_job
 
 
 TARGET_LOCK_SECONDS = 600.0
+
+
+@contextmanager
+def _transient_storage_errors() -> Iterator[None]:
+    """pyarrow's S3 failures in this process (Spark tasks' come through write_path) that outlasted its retries:
+    StorageUnavailable, a retryable answer, rather than an unexpected error."""
+    try:
+        yield
+    except OSError as exc:
+        if not is_transient_arrow_error(str(exc)):
+            raise
+        raise StorageUnavailable(f"object storage stayed unreachable through the retries: {scrub(str(exc))}") from None
 
 
 @dataclass
@@ -126,12 +141,15 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
                 started = time.monotonic()
                 try:
                     backend = self.backend(request.configuration)
-                    with self.locks.hold(backend.store.storage.spec.root, schema, table):
+                    with self.locks.hold(backend.store.storage.spec.root, schema, table), _transient_storage_errors():
                         result, detail = method(self, request, backend, schema, table)
                 except (UserActionRequired, CommitConflict) as exc:
                     logs.warning(f"{label}: {exc}")
                     message = getattr(exc, "task_message", exc)  # RefusedChange: with an example key, not logged
                     return response(task=common.Task(message=f"{name} {schema}.{table}: {message}"))
+                except Unavailable as exc:  # transient: Fivetran retries the request
+                    logs.warning(f"{label}: {exc}")
+                    context.abort(grpc.StatusCode.UNAVAILABLE, f"{name} {schema}.{table}: {exc}")
                 except BadRequest as exc:
                     logs.warning(f"{label}: rejected: {exc}")
                     context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{name} {schema}.{table}: {exc}")

@@ -21,8 +21,10 @@ from destination.changes.files import STAGING, ChangeTarget, write_empty
 from destination.changes.metadata import ROWS, SNAPSHOT, ZERO_TOTALS, ChangeParts, ChangeSet, change_set
 from destination.changes.settings import ChangeSettings
 from destination.conversion import FailureKey
-from destination.errors import BadRequest, DestinationError, RefusedChange, StorageError, TableNotFound, UserActionRequired
+from destination.errors import (BadRequest, DestinationError, RefusedChange, SparkUnavailable, StorageError,
+                                StorageUnavailable, TableNotFound, UserActionRequired)
 from destination.ops_builder import BatchFileRef, BatchPlan, bucket_chunks, file_operations, with_keys
+from destination.storage.s3 import is_transient_arrow_error
 from destination.table_model import ColumnDef, TableDef
 from destination.table_store.datafiles import DataFile, align, read_data_file
 from destination.table_store.store import PendingVersion, TableStore, TableVersion, VersionTarget
@@ -31,6 +33,7 @@ from destination.type_mapping import normalize_column
 from spark_jobs.alter import check_conversion_task, colliding_keys, convert_table, key_text
 from spark_jobs.merge import CHANGES, OP, REPLACE, SEQ, UNMOD
 from spark_jobs.runner import ReduceFn, TaskFn, run_shuffled, run_units
+from spark_jobs.session import discard_if_dead
 from spark_jobs.tasks import (JobContext, decode_file_task, distinct, format_changes_task, load_files_task, merge_bucket_task,
                               merge_shuffled_task, rewrite_file_task, snapshot_changes_task, truncate_file_task)
 
@@ -478,18 +481,27 @@ def describe_difference(existing: TableDef, requested: TableDef) -> str:
 
 
 _TASK_ERROR = re.compile(r"destination\.errors\.(\w+): (.*)")
+_TASK_ERRORS: dict[str, type[DestinationError]] = {
+    "StorageError": StorageError, "StorageUnavailable": StorageUnavailable, "BadRequest": BadRequest,
+    "BadBatchFile": BadRequest, "TableNotFound": TableNotFound}
 
 
 def _task_error(exc: Exception) -> Exception:
-    """Spark wraps a task's exception in a Java one; recover our own error type and message."""
+    """Spark wraps a task's exception in a Java one; recover our own error type and message. A job that failed
+    because the JVM died is retryable (the next job gets a new session), as is object-store I/O that stayed
+    unreachable through pyarrow's retries."""
     if isinstance(exc, DestinationError):
         return exc
+    if discard_if_dead():
+        return SparkUnavailable("the Spark JVM stopped during the job (killed or out of memory); "
+                                "a new Spark session is starting, retry the request")
     text = str(exc)
     found = _TASK_ERROR.findall(text)
     if found:
         name, message = found[-1]
-        cls = {"StorageError": StorageError, "BadRequest": BadRequest, "BadBatchFile": BadRequest,
-               "TableNotFound": TableNotFound}.get(name, StorageError)
-        return cls(message.strip())
+        return _TASK_ERRORS.get(name, StorageError)(message.strip())
     last = [line for line in text.splitlines() if line.strip()]
-    return DestinationError(f"Spark job failed: {last[-1] if last else type(exc).__name__}")
+    cause = last[-1] if last else type(exc).__name__
+    if is_transient_arrow_error(text):
+        return StorageUnavailable(f"object storage stayed unreachable through the retries: {cause}")
+    return DestinationError(f"Spark job failed: {cause}")

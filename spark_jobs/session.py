@@ -1,14 +1,21 @@
-"""The server's one long-lived SparkSession, with the settings the platform notes found necessary."""
+"""The server's one long-lived SparkSession, with the settings the platform notes found necessary.
+
+The JVM behind it can die (killed, out of memory). `get_session` notices that and starts a new one; PySpark keeps
+the dead gateway in class attributes and would reuse it, so `_discard` resets them.
+"""
 from __future__ import annotations
 
 import os
 import sys
 import threading
 
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 _lock = threading.Lock()
 _session: SparkSession | None = None
+_DIED = "the Spark JVM has stopped (killed or out of memory)"
+_died = False  # the last session's JVM died and no new one has started yet
 
 SETTINGS = {
     "spark.sql.session.timeZone": "UTC",
@@ -24,6 +31,8 @@ SETTINGS = {
     # rows cross the JVM only as byte arrays (task units, shuffled chunks, results): a small heap bounds the
     # server's memory; local mode runs every executor in this JVM
     "spark.driver.memory": os.environ.get("RECORDS_DESTINATION_DRIVER_MEMORY", "1g"),
+    # a JVM out of heap exits at once instead of limping on: get_session then sees it dead and starts a new one
+    "spark.driver.extraJavaOptions": "-XX:+ExitOnOutOfMemoryError",
 }
 
 
@@ -39,18 +48,87 @@ def _event_log() -> dict[str, str]:
 
 
 def get_session(master: str = "local[*]") -> SparkSession:
-    """Create (once) and return the session; later calls return the same one."""
-    global _session
+    """Return the live session: created on the first call, and again when the JVM behind it has died."""
+    global _session, _died
+    with _lock:
+        if _session is not None and not is_alive(_session):
+            _discard(_session)
+            _session, _died = None, True
+        if _session is None:
+            _session = _start(master)
+            _died = False
+        return _session
+
+
+def _start(master: str) -> SparkSession:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName("records-destination").master(master)
+    for key, value in {**SETTINGS, **_event_log()}.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def is_alive(session: SparkSession) -> bool:
+    """False when the JVM process has exited, does not answer, or its SparkContext was stopped."""
+    context = session.sparkContext
+    process = getattr(SparkContext._gateway, "proc", None)
+    if process is not None and process.poll() is not None:
+        return False
+    if getattr(context, "_jsc", None) is None:
+        return False
+    try:
+        return not context._jsc.sc().isStopped()
+    except Exception:  # Py4JError or a refused/reset socket: the gateway is gone
+        return False
+
+
+def spark_problem() -> str | None:
+    """For health checks: why Spark cannot run a job now, or None when the session is alive."""
     with _lock:
         if _session is None:
-            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-            os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-            builder = SparkSession.builder.appName("records-destination").master(master)
-            for key, value in {**SETTINGS, **_event_log()}.items():
-                builder = builder.config(key, value)
-            _session = builder.getOrCreate()
-            _session.sparkContext.setLogLevel("ERROR")
-        return _session
+            return _DIED if _died else "Spark is not started yet"
+        if not is_alive(_session):
+            return _DIED
+        return None
+
+
+def discard_if_dead() -> bool:
+    """After a failed job: drop the session when its JVM died (True), so the next job starts a new one."""
+    global _session, _died
+    with _lock:
+        if _session is None or is_alive(_session):
+            return False
+        _discard(_session)
+        _session, _died = None, True
+        return True
+
+
+def _discard(session: SparkSession) -> None:
+    """Forget a session whose JVM is dead: stop what can be stopped, kill the JVM if it still runs, and reset
+    PySpark's class-level gateway and active-session state (a new builder would otherwise reuse the dead gateway)."""
+    try:
+        session.stop()
+    except Exception:  # stopping talks to the dead JVM; only the Python side is left to reset
+        pass
+    gateway = SparkContext._gateway
+    if gateway is not None:
+        try:
+            gateway.shutdown()
+        except Exception:  # the socket is already closed
+            pass
+        process = getattr(gateway, "proc", None)
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait()
+    with SparkContext._lock:
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+        SparkContext._active_spark_context = None
+    SparkSession._instantiatedSession = None
+    SparkSession._activeSession = None
 
 
 def stop_session() -> None:

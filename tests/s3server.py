@@ -58,7 +58,8 @@ def start_seaweedfs() -> S3Server:
     (workdir / "s3.json").write_text(json.dumps(config))
     s3_port = free_port()
     ports = {"-master.port": free_port(), "-volume.port": free_port(), "-filer.port": free_port(),
-             "-s3.port": s3_port, "-webdav.port": free_port(), "-admin.port": free_port(), "-s3.port.iceberg": free_port()}
+             "-s3.port": s3_port, "-webdav.port": free_port(), "-admin.port": free_port(), "-s3.port.iceberg": free_port(),
+             "-s3.port.lance": free_port()}
     args = [weed, "mini", f"-dir={workdir / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-admin.ui=false",
             f"-s3.config={workdir / 's3.json'}", *(f"{k}={v}" for k, v in ports.items())]
     (workdir / "data").mkdir()

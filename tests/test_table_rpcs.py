@@ -129,7 +129,9 @@ def test_truncate_hard_soft_and_missing(stub, configuration, tmp_path) -> None: 
     assert stub.Truncate(missing).success
 
 
-def test_bad_root_and_bad_credentials_are_tasks(stub, configuration) -> None:  # type: ignore[no-untyped-def]
+def test_bad_root_and_bad_credentials_are_tasks(stub, configuration,  # type: ignore[no-untyped-def]
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RECORDS_DESTINATION_S3_RETRY_ATTEMPTS", "2")  # the unreachable endpoint fails quickly
     if configuration["root"].startswith("s3://"):
         bad = dict(configuration, aws_secret_access_key="wrong-secret")
         answer = describe(stub, bad, "s", "t")
@@ -139,9 +141,11 @@ def test_bad_root_and_bad_credentials_are_tasks(stub, configuration) -> None:  #
         missing = dict(configuration, root="s3://no-such-bucket-here/x")
         answer = describe(stub, missing, "s", "t")
         assert answer.WhichOneof("response") == "task" and "bucket" in answer.task.message.lower()
+        # nothing listens there: connection refused is transient, so UNAVAILABLE once the retries are spent
         unreachable = dict(configuration, s3_endpoint="http://127.0.0.1:9")
-        answer = describe(stub, unreachable, "s", "t")
-        assert answer.WhichOneof("response") == "task" and "unreachable" in answer.task.message
+        with pytest.raises(grpc.RpcError) as err:
+            describe(stub, unreachable, "s", "t")
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE and "`s3_endpoint`" in err.value.details()
     else:
         blocker = configuration["root"] + "-file"
         open(blocker, "w").close()

@@ -2,9 +2,16 @@
 
 The only module that imports boto3. botocore failures are translated into
 StorageError messages naming the bucket and the cause (never the credentials).
+
+Transient failures (connection refused or reset, timeouts, 5xx, throttling) are retried with exponential backoff by
+both clients (botocore's standard retry mode, the AWS SDK's standard strategy in pyarrow), up to
+RECORDS_DESTINATION_S3_RETRY_ATTEMPTS attempts per call; when those are spent they become StorageUnavailable (gRPC
+UNAVAILABLE, retried by Fivetran). Only what a user must fix (credentials, bucket, permissions) is a StorageError.
 """
 from __future__ import annotations
 
+import os
+import re
 from typing import Any, Callable, Iterator, TypeVar
 from urllib.parse import urlparse
 
@@ -14,7 +21,7 @@ import botocore.exceptions
 import botocore.utils
 import pyarrow.fs as pafs
 
-from destination.errors import StorageError
+from destination.errors import DestinationError, StorageError, StorageUnavailable
 from destination.storage.base import ObjectInfo, Storage, StorageSpec
 
 T = TypeVar("T")
@@ -26,6 +33,27 @@ _HINTS = {
     "403": "access denied; check the credentials and the bucket policy",
     "404": "not found; check the bucket name in `root`",
 }
+RETRY_ATTEMPTS = 6  # per call, the first included; botocore waits a random 0..2^n s (at most 20 s) before retry n
+_TRANSIENT_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestThrottled", "RequestTimeout",
+                    "InternalError", "ServiceUnavailable"}
+# pyarrow's S3 errors, as text (they reach the driver inside Spark's Java exceptions): the AWS SDK's retryable kinds
+_ARROW_TRANSIENT = re.compile(r"AWS Error (NETWORK_CONNECTION|SLOW_DOWN|SERVICE_UNAVAILABLE|INTERNAL_FAILURE|"
+                              r"THROTTLING|REQUEST_TIMEOUT)\b")
+
+
+def retry_attempts() -> int:
+    """Attempts per S3 call (RECORDS_DESTINATION_S3_RETRY_ATTEMPTS, at least 1)."""
+    return max(1, int(os.environ.get("RECORDS_DESTINATION_S3_RETRY_ATTEMPTS", RETRY_ATTEMPTS)))
+
+
+def is_transient_arrow_error(text: str) -> bool:
+    """True for pyarrow S3 failure text that retrying later can cure (network, throttling, 5xx)."""
+    return _ARROW_TRANSIENT.search(text) is not None
+
+
+def _is_transient_client_error(exc: botocore.exceptions.ClientError) -> bool:
+    status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+    return status >= 500 or str(exc.response.get("Error", {}).get("Code", "")) in _TRANSIENT_CODES
 
 
 def _bad_endpoint(endpoint: str) -> StorageError:
@@ -67,7 +95,8 @@ class S3Storage(Storage):
             aws_access_key_id=spec.access_key_id or None,
             aws_secret_access_key=spec.secret_access_key or None,
             config=botocore.config.Config(
-                retries={"max_attempts": 4, "mode": "standard"}, connect_timeout=5, read_timeout=60,
+                retries={"total_max_attempts": retry_attempts(), "mode": "standard"},
+                connect_timeout=5, read_timeout=60,
                 s3={"addressing_style": "path"} if endpoint else None,
             ),
         )
@@ -79,17 +108,22 @@ class S3Storage(Storage):
     def _key(self, path: str) -> str:
         return f"{self.prefix}/{path}" if self.prefix else path
 
-    def _error(self, what: str, exc: Exception) -> Exception:
-        """Translate a botocore failure into a StorageError naming the bucket and the cause."""
+    def _error(self, what: str, exc: Exception) -> DestinationError:
+        """Translate a botocore failure (after botocore's retries) into StorageUnavailable when it is transient,
+        else a StorageError naming the bucket and the cause."""
+        attempts = f"after {retry_attempts()} attempts"
         if isinstance(exc, botocore.exceptions.ClientError):
             code = str(exc.response.get("Error", {}).get("Code", ""))
             hint = _HINTS.get(code) or exc.response.get("Error", {}).get("Message", "") or code
+            if _is_transient_client_error(exc):
+                return StorageUnavailable(f"S3 {what} in bucket {self.bucket!r} failed {attempts}: {code}: {hint}")
             return StorageError(f"S3 {what} in bucket {self.bucket!r} failed: {code}: {hint}")
         if isinstance(exc, botocore.exceptions.SSLError):
             return StorageError(f"S3 endpoint {self._endpoint} failed the TLS handshake ({what}): the endpoint does "
                                 "not speak HTTPS (use http://) or its certificate is not trusted; check `s3_endpoint`")
-        if isinstance(exc, botocore.exceptions.EndpointConnectionError):
-            return StorageError(f"S3 endpoint {self._endpoint or 'AWS'} is unreachable ({what}); check `s3_endpoint`")
+        if isinstance(exc, (botocore.exceptions.ConnectionError, botocore.exceptions.HTTPClientError)):
+            return StorageUnavailable(f"S3 endpoint {self._endpoint or 'AWS'} did not answer {attempts} ({what}): "
+                                      f"{type(exc).__name__}; if this persists, check `s3_endpoint`")
         if isinstance(exc, botocore.exceptions.NoCredentialsError):
             return StorageError("no S3 credentials: set `aws_access_key_id` and `aws_secret_access_key`")
         return StorageError(f"S3 {what} in bucket {self.bucket!r} failed: {type(exc).__name__}: {exc}")
@@ -209,7 +243,8 @@ class S3Storage(Storage):
     def arrow_fs(self) -> pafs.FileSystem:
         if self._fs is None:
             endpoint = self._endpoint
-            kwargs: dict[str, Any] = {"region": self.spec.s3_region or "us-east-1"}
+            kwargs: dict[str, Any] = {"region": self.spec.s3_region or "us-east-1",
+                                      "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=retry_attempts())}
             if self.spec.access_key_id:
                 kwargs["access_key"] = self.spec.access_key_id
                 kwargs["secret_key"] = self.spec.secret_access_key

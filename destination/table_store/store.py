@@ -34,7 +34,7 @@ from enum import Enum
 from typing import Any, Callable, Iterator
 
 from destination import logs
-from destination.errors import CommitConflict, StorageError, UserActionRequired
+from destination.errors import CommitConflict, StorageError, UserActionRequired, WriteAbandoned
 from destination.changes.metadata import ChangeParts, ChangeSet
 from destination.storage.base import Storage
 from destination.table_model import TableDef
@@ -427,9 +427,17 @@ class TableStore:
         seconds on every write that touched none of them)."""
         if not files:
             return
-        with ThreadPoolExecutor(max_workers=min(COPY_THREADS, len(files))) as pool:
-            for _ in pool.map(lambda f: self.storage.copy(f"{source}/{f.name}", f"{directory}/{f.name}"), files):
-                pass
+        try:
+            with ThreadPoolExecutor(max_workers=min(COPY_THREADS, len(files))) as pool:
+                for _ in pool.map(lambda f: self.storage.copy(f"{source}/{f.name}", f"{directory}/{f.name}"), files):
+                    pass
+        except RuntimeError as exc:
+            # the server's grace period ran out and the interpreter is exiting: concurrent.futures takes no new
+            # work (this message is its only signal); the caller removes the uncommitted version
+            if "interpreter shutdown" not in str(exc):
+                raise
+            raise WriteAbandoned("write abandoned: the server is stopping and its grace period ran out before the "
+                                 "version was committed; nothing was committed, retry the request") from None
 
     def _commit(self, schema: str, prefix: str, base: TableVersion | None, target: int, generation: int,
                 pending: PendingVersion, batch_id: str | None, committed_at: float) -> TableVersion:
