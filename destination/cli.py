@@ -1,4 +1,4 @@
-"""`records-destination`: serve, tester, tables, show, changes."""
+"""`records-destination`: serve, tester, tables, show, changes, validate."""
 from __future__ import annotations
 
 import argparse
@@ -46,6 +46,13 @@ def _changes(args: argparse.Namespace) -> int:
                         _s3_options(args))
 
 
+def _validate(args: argparse.Namespace) -> int:
+    from destination.inspection import open_root
+    from destination.validator import validate_command
+
+    return validate_command(open_root(args.root, _s3_options(args)), args.table)
+
+
 def _s3_options(args: argparse.Namespace) -> dict[str, str]:
     return {"s3_endpoint": args.s3_endpoint or "", "s3_region": args.s3_region or ""}
 
@@ -89,6 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
     changes.add_argument("--output", choices=("table", "jsonl"), default="table")
     _store_arguments(changes)
     changes.set_defaults(func=_changes)
+
+    validate = sub.add_parser("validate", help="check every committed version of a table (or of every table)")
+    validate.add_argument("table", nargs="?", help="SCHEMA.TABLE (default: every table under the root)")
+    _store_arguments(validate)
+    validate.set_defaults(func=_validate)
     return parser
 
 

@@ -12,17 +12,21 @@ from destination.changes.arcion import value_text
 from destination.changes.reader import net_between, read_range
 
 from destination.errors import DestinationError
-from destination.storage.base import StorageSpec, open_storage
+from destination.storage.base import Storage, StorageSpec, open_storage
 from destination.table_store.datafiles import align, read_data_file
 from destination.table_store import layout
 from destination.table_store.store import TableStore
 
 
-def _store(root: str, s3: dict[str, str]) -> TableStore:
+def open_root(root: str, s3: dict[str, str]) -> Storage:
     spec = StorageSpec(root=root, s3_endpoint=s3.get("s3_endpoint", ""), s3_region=s3.get("s3_region", ""),
                        access_key_id=os.environ.get("AWS_ACCESS_KEY_ID", ""),
                        secret_access_key=os.environ.get("AWS_SECRET_ACCESS_KEY", ""))
-    return TableStore(open_storage(spec))
+    return open_storage(spec)
+
+
+def _store(root: str, s3: dict[str, str]) -> TableStore:
+    return TableStore(open_root(root, s3))
 
 
 def list_tables(root: str, s3: dict[str, str]) -> int:
