@@ -24,6 +24,8 @@ TMAX = dt.datetime(9999, 12, 31, 23, 59, 59, 999000)
 TMIN = dt.datetime(1, 1, 1)  # start and end of a soft-deleted row moved to history mode
 ONE_MS = dt.timedelta(milliseconds=1)
 LATEST_SYNCED = dt.datetime(1111, 11, 11)  # stands for the table's latest _fivetran_synced (not known here)
+SYNCED = "_fivetran_synced"
+FIRST_STAMP_MS = 1_704_067_200_000  # 2024-01-01T00:00:00Z: the first stamp of a harness that stamps 1 ms apart
 
 
 class ModelTable:
@@ -56,9 +58,17 @@ class ModelTable:
 
 
 class Model:
+    """Rows are stamped as the harness does: every row, and every truncate's cutoff, takes the next millisecond
+    from FIRST_STAMP_MS (tests run the harness with that clock), so `_fivetran_synced` is known."""
+
     def __init__(self) -> None:
         self.tables: dict[str, ModelTable] = {}
         self.counter = 0
+        self.last_stamp_ms = FIRST_STAMP_MS - 1
+
+    def stamp(self) -> dt.datetime:
+        self.last_stamp_ms += 1
+        return dt.datetime(1970, 1, 1) + dt.timedelta(milliseconds=self.last_stamp_ms)
 
     def run(self, data: dict[str, Any]) -> None:
         for name, spec in (data.get("create_table") or {}).items():
@@ -69,6 +79,7 @@ class Model:
         for op in data.get("ops") or []:
             ((kind, body),) = op.items()
             if kind in ("truncate_before", "soft_truncate_before"):
+                self.stamp()  # the cutoff
                 self.flush(pending)
                 pending = {}
                 for name in body:
@@ -84,7 +95,8 @@ class Model:
             for name, rows in body.items():
                 for row in rows:  # remember the input order across update and soft_delete ops
                     self.counter += 1
-                    pending.setdefault(name, {}).setdefault(kind, []).append({**row, ORDER: self.counter})
+                    pending.setdefault(name, {}).setdefault(kind, []).append({**row, ORDER: self.counter,
+                                                                              SYNCED: self.stamp()})
         self.flush(pending)
         for element in data.get("schema_migration") or []:
             for op_name, specs in element.items():
@@ -163,6 +175,7 @@ class Model:
                 full: dict[str, Any] = {c: row.get(c) for c in t.types}
                 full["_fivetran_id"] = row.get("_fivetran_id")
                 full["_fivetran_deleted"] = False
+                full[SYNCED] = row[SYNCED]
                 t.rows[t.key(row)] = full
             updates = [(r, False) for r in kinds.get("update", [])] + [(r, True) for r in kinds.get("soft_delete", [])]
             for row, soft in sorted(updates, key=lambda pair: pair[0][ORDER]):
@@ -208,6 +221,7 @@ def flush_history(t: ModelTable, kinds: dict[str, list[dict[str, Any]]]) -> None
                     version[DELETED] = kind == "soft_delete"
             for c in t.pk:
                 version[c] = row.get(c)
+            version[SYNCED] = row[SYNCED]
             version[START] = row[START]
             version[END] = TMAX if last else rows[i + 1][1][START] - ONE_MS
             version[ACTIVE] = last
@@ -215,7 +229,7 @@ def flush_history(t: ModelTable, kinds: dict[str, list[dict[str, Any]]]) -> None
     for row in kinds.get("delete", []):
         for r in t.versions(t.key(row)):
             if r[ACTIVE]:
-                r[ACTIVE], r[END] = False, instant_of(row["op_time"])
+                r[ACTIVE], r[END], r[SYNCED] = False, instant_of(row["op_time"]), row[SYNCED]
 
 
 def to_history(t: ModelTable, deleted: str) -> None:
