@@ -27,13 +27,16 @@ MIGRATION_FILES = sorted(INPUTS.glob("*/schema_migrations_input_*.json"))
 ALL_INPUTS = [*CLICKHOUSE_FILES, *SDK_FILES, *MIGRATION_FILES]
 
 
-class InvariantHarness(Harness):
-    """After every WriteHistoryBatch and Migrate, every history table of the schema keeps its invariants.
-    Rows are stamped 1 ms apart from the model's first stamp, so the model knows every `_fivetran_synced`."""
+class ModelClockHarness(Harness):
+    """Stamps rows 1 ms apart from the model's first stamp, so the model knows every `_fivetran_synced`."""
 
     def stamp(self) -> int:
         self.last_ms = max(self.last_ms, FIRST_STAMP_MS - 1) + 1
         return self.last_ms
+
+
+class InvariantHarness(ModelClockHarness):
+    """After every WriteHistoryBatch and Migrate, every history table of the schema keeps its invariants."""
 
     def _answer(self, rpc: str, target: str, call: Any, request: Any) -> Any:
         response = super()._answer(rpc, target, call, request)
