@@ -323,3 +323,55 @@ def history_violations(rows: list[dict[str, Any]], key: list[str]) -> list[str]:
             if not r[ACTIVE] and ends[i] == TMAX:
                 problems.append(f"{k}: inactive version {starts[i]} ends at TMAX")
     return problems
+
+
+# ---- key buckets, computed independently of spark_jobs/keys.py -------------------------------------------------
+
+_MASK64 = (1 << 64) - 1
+PANDAS_HASH_KEY = b"0123456789123456"  # pandas.util.hash_array's default key, which the bucket scheme fixes
+
+
+def _rotl(x: int, bits: int) -> int:
+    return ((x << bits) | (x >> (64 - bits))) & _MASK64
+
+
+def siphash24(key: bytes, message: bytes) -> int:
+    """SipHash-2-4 (Aumasson and Bernstein), written out from the paper."""
+    k0, k1 = struct.unpack("<QQ", key)
+    v = [k0 ^ 0x736F6D6570736575, k1 ^ 0x646F72616E646F6D, k0 ^ 0x6C7967656E657261, k1 ^ 0x7465646279746573]
+
+    def sip_round() -> None:
+        v[0] = (v[0] + v[1]) & _MASK64
+        v[1] = _rotl(v[1], 13) ^ v[0]
+        v[0] = _rotl(v[0], 32)
+        v[2] = (v[2] + v[3]) & _MASK64
+        v[3] = _rotl(v[3], 16) ^ v[2]
+        v[0] = (v[0] + v[3]) & _MASK64
+        v[3] = _rotl(v[3], 21) ^ v[0]
+        v[2] = (v[2] + v[1]) & _MASK64
+        v[1] = _rotl(v[1], 17) ^ v[2]
+        v[2] = _rotl(v[2], 32)
+
+    tail = len(message) % 8
+    padded = message[:len(message) - tail] + message[len(message) - tail:].ljust(7, b"\0") + bytes([len(message) & 0xFF])
+    for (block,) in struct.iter_unpack("<Q", padded):
+        v[3] ^= block
+        sip_round()
+        sip_round()
+        v[0] ^= block
+    v[2] ^= 0xFF
+    for _ in range(4):
+        sip_round()
+    return v[0] ^ v[1] ^ v[2] ^ v[3]
+
+
+def key_bucket(token: str, bucket_count: int) -> int:
+    """The bucket of a key token, as the layout defines it: pandas' SipHash of the UTF-8 token, then its 64-bit
+    finaliser, modulo the table's bucket count. An INT key's token is its decimal text."""
+    h = siphash24(PANDAS_HASH_KEY, token.encode("utf-8"))
+    h ^= h >> 30
+    h = (h * 0xBF58476D1CE4E5B9) & _MASK64
+    h ^= h >> 27
+    h = (h * 0x94D049BB133111EB) & _MASK64
+    h ^= h >> 31
+    return h % bucket_count

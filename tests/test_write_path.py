@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import itertools
 import random
 from pathlib import Path
 from typing import Any
@@ -16,11 +17,11 @@ import pytest
 from destination.protocol import sdk
 from destination.storage.base import open_storage
 from destination.table_model import ColumnDef
-from spark_jobs.keys import buckets, key_tokens
 from destination.table_store.store import TableStore
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING, csv_bytes, seal
 from tests.batchfiles import FMT, seal_raw, write_csv
 from tests.conftest import spec_of
+from tests.reference_model import key_bucket, siphash24
 from tests.rpc_helpers import rows_of, table
 
 KEY = bytes(range(32))
@@ -53,6 +54,12 @@ def create(stub, configuration, schema, t):  # type: ignore[no-untyped-def]
 def r(i: Any, v: Any, ts: str = "2024-01-01T00:00:00Z", **extra: Any) -> dict[str, Any]:
     return {"id": str(i), "v": v, "n": extra.get("n", U if v == U else "1"), "_fivetran_synced": ts,
             "_fivetran_deleted": extra.get("deleted", "false")}
+
+
+def test_the_bucket_model_computes_siphash_24() -> None:
+    """The tests' own SipHash gives the paper's test vector (key 00..0f, message 00..0e)."""
+    assert siphash24(bytes(range(16)), bytes(range(15))) == 0xA129CA6149BE45E5
+    assert siphash24(bytes(range(16)), b"") == 0x726FDB47DD0E0E31
 
 
 def test_request_order_and_repeated_keys(stub, configuration, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -224,9 +231,8 @@ def test_cost_follows_the_change_on_a_million_rows(stub, configuration, tmp_path
     assert sum(f.rows for f in added.files if f.name not in names) == 1000
 
     # 1,000 existing keys that all live in two buckets: only those buckets' files are rewritten
-    candidates = np.arange(0, 200_000)
-    tokens = key_tokens(pa.table({"id": pa.array(candidates)}), [ColumnDef("id", "LONG", True)])
-    in_two = candidates[np.isin(buckets(tokens, added.table.bucket_count), [3, 11])][:1000]
+    in_two = np.array(list(itertools.islice((i for i in range(1_000_000)
+                                             if key_bucket(str(i), added.table.bucket_count) in (3, 11)), 1000)))
     send(update=_big_csv(tmp_path / "upd.csv.zstd.aes", in_two, "updated"))
     updated = store.load("cost", "big")
     assert updated is not None and updated.rows == 1_001_000
