@@ -1,6 +1,7 @@
 """Change files, end to end: every tester input (plain, history-mode, schema migrations) driven through the server
-with change files on; then an independent consumer (tests/change_consumer.py) replays every table's change
-directories from its first version and must arrive at exactly the table's final rows. Each input runs in each
+with change files on must leave the rows the reference model expects; then an independent consumer
+(tests/change_consumer.py) replays every table's change directories from its first version and must arrive at
+exactly the table's final rows. Each input runs in each
 change format (Arcion CSV with full images and a header, Arcion JSON with the seed's minimal images, Parquet),
 and every change directory must be a valid records directory."""
 from __future__ import annotations
