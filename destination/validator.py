@@ -252,12 +252,10 @@ def _within(folder: str, problems: list[str]) -> list[str]:
 def validate_command(storage: Storage, name: str | None) -> int:
     """`records-destination validate [SCHEMA.TABLE]`: one line per problem; 0 when every table is valid,
     1 when anything is wrong, 2 for a table argument that is not SCHEMA.TABLE."""
-    store = TableStore(storage)
     if name is not None and "." not in name:
         print("give the table as SCHEMA.TABLE")
         return 2
-    tables = [tuple(name.split(".", 1))] if name else \
-        [(schema, table) for schema in store.list_schemas() for table in store.list_tables(schema)]
+    tables = _tables_named(TableStore(storage), name)
     defects = 0
     for schema, table in tables:
         problems = validate_table(storage, schema, table)
@@ -269,3 +267,11 @@ def validate_command(storage: Storage, name: str | None) -> int:
             print(f"{schema}.{table}: {len(versions)} versions ok")
     print(f"{len(tables)} tables checked, {defects} problems")
     return 1 if defects else 0
+
+
+def _tables_named(store: TableStore, name: str | None) -> list[tuple[str, str]]:
+    """(schema, table) of `name` (SCHEMA.TABLE), or of every table under the root."""
+    if name is not None:
+        schema, table = name.split(".", 1)
+        return [(schema, table)]
+    return [(schema, table) for schema in store.list_schemas() for table in store.list_tables(schema)]
