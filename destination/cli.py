@@ -1,4 +1,4 @@
-"""`records-destination`: serve, tester, tables, show, changes, repair."""
+"""`records-destination`: serve, tester, tables, show, changes, repair, validate."""
 from __future__ import annotations
 
 import argparse
@@ -53,6 +53,13 @@ def _repair(args: argparse.Namespace) -> int:
     from destination.inspection import repair_table
 
     return repair_table(args.root, args.table, _s3_options(args))
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from destination.inspection import open_root
+    from destination.validator import validate_command
+
+    return validate_command(open_root(args.root, _s3_options(args)), args.table)
 
 
 def _s3_options(args: argparse.Namespace) -> dict[str, str]:
@@ -111,6 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
     repair.add_argument("table", help="SCHEMA.TABLE")
     _store_arguments(repair)
     repair.set_defaults(func=_repair)
+    validate = sub.add_parser("validate", help="check every committed version of a table (or of every table)")
+    validate.add_argument("table", nargs="?", help="SCHEMA.TABLE (default: every table under the root)")
+    _store_arguments(validate)
+    validate.set_defaults(func=_validate)
     return parser
 
 

@@ -24,6 +24,8 @@ TMAX = dt.datetime(9999, 12, 31, 23, 59, 59, 999000)
 TMIN = dt.datetime(1, 1, 1)  # start and end of a soft-deleted row moved to history mode
 ONE_MS = dt.timedelta(milliseconds=1)
 LATEST_SYNCED = dt.datetime(1111, 11, 11)  # stands for the table's latest _fivetran_synced (not known here)
+SYNCED = "_fivetran_synced"
+FIRST_STAMP_MS = 1_704_067_200_000  # 2024-01-01T00:00:00Z: the first stamp of a harness that stamps 1 ms apart
 
 
 class ModelTable:
@@ -56,9 +58,17 @@ class ModelTable:
 
 
 class Model:
+    """Rows are stamped as the harness does: every row, and every truncate's cutoff, takes the next millisecond
+    from FIRST_STAMP_MS (tests run the harness with that clock), so `_fivetran_synced` is known."""
+
     def __init__(self) -> None:
         self.tables: dict[str, ModelTable] = {}
         self.counter = 0
+        self.last_stamp_ms = FIRST_STAMP_MS - 1
+
+    def stamp(self) -> dt.datetime:
+        self.last_stamp_ms += 1
+        return dt.datetime(1970, 1, 1) + dt.timedelta(milliseconds=self.last_stamp_ms)
 
     def run(self, data: dict[str, Any]) -> None:
         for name, spec in (data.get("create_table") or {}).items():
@@ -69,6 +79,7 @@ class Model:
         for op in data.get("ops") or []:
             ((kind, body),) = op.items()
             if kind in ("truncate_before", "soft_truncate_before"):
+                self.stamp()  # the cutoff
                 self.flush(pending)
                 pending = {}
                 for name in body:
@@ -84,7 +95,8 @@ class Model:
             for name, rows in body.items():
                 for row in rows:  # remember the input order across update and soft_delete ops
                     self.counter += 1
-                    pending.setdefault(name, {}).setdefault(kind, []).append({**row, ORDER: self.counter})
+                    pending.setdefault(name, {}).setdefault(kind, []).append({**row, ORDER: self.counter,
+                                                                              SYNCED: self.stamp()})
         self.flush(pending)
         for element in data.get("schema_migration") or []:
             for op_name, specs in element.items():
@@ -163,6 +175,7 @@ class Model:
                 full: dict[str, Any] = {c: row.get(c) for c in t.types}
                 full["_fivetran_id"] = row.get("_fivetran_id")
                 full["_fivetran_deleted"] = False
+                full[SYNCED] = row[SYNCED]
                 t.rows[t.key(row)] = full
             updates = [(r, False) for r in kinds.get("update", [])] + [(r, True) for r in kinds.get("soft_delete", [])]
             for row, soft in sorted(updates, key=lambda pair: pair[0][ORDER]):
@@ -208,6 +221,7 @@ def flush_history(t: ModelTable, kinds: dict[str, list[dict[str, Any]]]) -> None
                     version[DELETED] = kind == "soft_delete"
             for c in t.pk:
                 version[c] = row.get(c)
+            version[SYNCED] = row[SYNCED]
             version[START] = row[START]
             version[END] = TMAX if last else rows[i + 1][1][START] - ONE_MS
             version[ACTIVE] = last
@@ -215,7 +229,7 @@ def flush_history(t: ModelTable, kinds: dict[str, list[dict[str, Any]]]) -> None
     for row in kinds.get("delete", []):
         for r in t.versions(t.key(row)):
             if r[ACTIVE]:
-                r[ACTIVE], r[END] = False, instant_of(row["op_time"])
+                r[ACTIVE], r[END], r[SYNCED] = False, instant_of(row["op_time"]), row[SYNCED]
 
 
 def to_history(t: ModelTable, deleted: str) -> None:
@@ -309,3 +323,55 @@ def history_violations(rows: list[dict[str, Any]], key: list[str]) -> list[str]:
             if not r[ACTIVE] and ends[i] == TMAX:
                 problems.append(f"{k}: inactive version {starts[i]} ends at TMAX")
     return problems
+
+
+# ---- key buckets, computed independently of spark_jobs/keys.py -------------------------------------------------
+
+_MASK64 = (1 << 64) - 1
+PANDAS_HASH_KEY = b"0123456789123456"  # pandas.util.hash_array's default key, which the bucket scheme fixes
+
+
+def _rotl(x: int, bits: int) -> int:
+    return ((x << bits) | (x >> (64 - bits))) & _MASK64
+
+
+def siphash24(key: bytes, message: bytes) -> int:
+    """SipHash-2-4 (Aumasson and Bernstein), written out from the paper."""
+    k0, k1 = struct.unpack("<QQ", key)
+    v = [k0 ^ 0x736F6D6570736575, k1 ^ 0x646F72616E646F6D, k0 ^ 0x6C7967656E657261, k1 ^ 0x7465646279746573]
+
+    def sip_round() -> None:
+        v[0] = (v[0] + v[1]) & _MASK64
+        v[1] = _rotl(v[1], 13) ^ v[0]
+        v[0] = _rotl(v[0], 32)
+        v[2] = (v[2] + v[3]) & _MASK64
+        v[3] = _rotl(v[3], 16) ^ v[2]
+        v[0] = (v[0] + v[3]) & _MASK64
+        v[3] = _rotl(v[3], 21) ^ v[0]
+        v[2] = (v[2] + v[1]) & _MASK64
+        v[1] = _rotl(v[1], 17) ^ v[2]
+        v[2] = _rotl(v[2], 32)
+
+    tail = len(message) % 8
+    padded = message[:len(message) - tail] + message[len(message) - tail:].ljust(7, b"\0") + bytes([len(message) & 0xFF])
+    for (block,) in struct.iter_unpack("<Q", padded):
+        v[3] ^= block
+        sip_round()
+        sip_round()
+        v[0] ^= block
+    v[2] ^= 0xFF
+    for _ in range(4):
+        sip_round()
+    return v[0] ^ v[1] ^ v[2] ^ v[3]
+
+
+def key_bucket(token: str, bucket_count: int) -> int:
+    """The bucket of a key token, as the layout defines it: pandas' SipHash of the UTF-8 token, then its 64-bit
+    finaliser, modulo the table's bucket count. An INT key's token is its decimal text."""
+    h = siphash24(PANDAS_HASH_KEY, token.encode("utf-8"))
+    h ^= h >> 30
+    h = (h * 0xBF58476D1CE4E5B9) & _MASK64
+    h ^= h >> 27
+    h = (h * 0x94D049BB133111EB) & _MASK64
+    h ^= h >> 31
+    return h % bucket_count

@@ -1,6 +1,7 @@
 """Change files, end to end: every tester input (plain, history-mode, schema migrations) driven through the server
-with change files on; then an independent consumer (tests/change_consumer.py) replays every table's change
-directories from its first version and must arrive at exactly the table's final rows. Each input runs in each
+with change files on must leave the rows the reference model expects; then an independent consumer
+(tests/change_consumer.py) replays every table's change directories from its first version and must arrive at
+exactly the table's final rows. Each input runs in each
 change format (Arcion CSV with full images and a header, Arcion JSON with the seed's minimal images, Parquet),
 and every change directory must be a valid records directory."""
 from __future__ import annotations
@@ -15,12 +16,12 @@ from destination.storage.base import open_storage
 from destination.table_model import DESTINATION_META, SYNCED
 from destination.table_store import layout
 from destination.table_store.store import TableStore
-from destination.tester.harness import Harness
 from destination.validator import validate_directory
 from tests.change_consumer import replay
 from tests.conftest import s3_configuration, spec_of
 from tests.rpc_helpers import rows_of
-from tests.test_conformance import ALL_INPUTS
+from tests.reference_model import Model
+from tests.test_conformance import ALL_INPUTS, ModelClockHarness, check_against_model, model_of
 
 VARIANTS: dict[str, dict[str, str]] = {
     "arcion-csv": {"changes": "arcion-csv", "changes_include_header": "true", "changes_emit_noop_updates": "true"},
@@ -67,9 +68,12 @@ def check_change_directories(store: TableStore, schema: str, name: str) -> None:
 
 
 def run_input(address: str, configuration: dict[str, str], path: Path, tmp_path: Path) -> None:
-    harness = Harness(address, "tester", configuration, plain_text=False, batch_file_type="csv", workdir=tmp_path)
+    """Run the input file; its tables must then hold what the reference model expects."""
+    harness = ModelClockHarness(address, "tester", configuration, plain_text=False, batch_file_type="csv",
+                                workdir=tmp_path)
     harness.run_file(path)
     assert harness.failures == 0
+    check_against_model(configuration, model_of(path))
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -144,13 +148,17 @@ HISTORY_STEPS: list[dict[str, Any]] = [
 
 def run_steps(address: str, configuration: dict[str, str], tmp_path: Path, steps: list[dict[str, Any]]) -> list[Any]:
     """Each step is one input file (its requests commit new versions); the replay must hold after every step."""
-    harness = Harness(address, "tester", configuration, plain_text=False, batch_file_type="csv", workdir=tmp_path)
+    harness = ModelClockHarness(address, "tester", configuration, plain_text=False, batch_file_type="csv",
+                                workdir=tmp_path)
+    model = Model()
     seen = []
     for i, step in enumerate(steps):
         path = tmp_path / f"step{i}.json"
         path.write_text(json.dumps(step))
         harness.run_file(path)
         assert harness.failures == 0
+        model.run(step)
+        check_against_model(configuration, model)
         seen.append(check_replay(configuration))
     return seen
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,11 +14,12 @@ from destination.protocol import sdk
 from destination.service import DestinationService
 from destination.settings import ServerOptions
 from destination.storage.base import open_storage
+from destination.tester.harness import Harness
 from destination.table_store.store import TableStore
 from tests.batchfiles import write_csv
 from tests.conftest import spec_of
 from tests.rpc_helpers import rows_of, table
-from tests.test_write_path import KEY, SYS, create, params
+from tests.test_write_path import KEY, SYS, create, params, write
 
 BIN = Path(sys.executable).parent / "records-destination"
 INPUTS = Path(__file__).resolve().parent.parent.parent / "shared" / "tester-inputs"
@@ -51,6 +53,67 @@ def test_tester_tables_and_show_commands(grpc_server, configuration, tmp_path: P
     assert shown.returncode == 0 and "rows" in shown.stdout
     expected_rows = len(rows_of(configuration, "cli", "update_and_delete"))
     assert f"{expected_rows} rows" in shown.stdout
+
+
+def run_command(configuration: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """A reading command on the configuration's root (S3: endpoint and credentials as a user gives them)."""
+    s3 = ["--s3-endpoint", configuration["s3_endpoint"]] if "s3_endpoint" in configuration else []
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": configuration.get("aws_access_key_id", ""),
+           "AWS_SECRET_ACCESS_KEY": configuration.get("aws_secret_access_key", "")}
+    done = subprocess.run([str(BIN), *args, "--root", configuration["root"], *s3], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+def test_tables_show_and_changes_on_both_backends(stub, configuration, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Version 2 loads ids 1-5, version 3 renames 1, version 4 deletes 2: `show --version/--limit` and
+    `changes --to-version` print exactly those versions' rows."""
+    changes = {**configuration, "changes": "parquet"}
+    t = table("t", [("id", "INT", True), ("v", "STRING"), *SYS])
+    create(stub, changes, "inspect", t)
+    row = lambda i, v: {"id": str(i), "v": v, "_fivetran_synced": "2024-01-01T00:00:00Z", "_fivetran_deleted": "false"}  # noqa: E731
+    write(stub, changes, "inspect", t, tmp_path, replace=[row(i, f"v{i}") for i in range(1, 6)])
+    write(stub, changes, "inspect", t, tmp_path, replace=[row(1, "renamed")])
+    write(stub, changes, "inspect", t, tmp_path, delete=[row(2, None)])
+    listed = run_command(configuration, "tables").stdout.splitlines()
+    assert [line.split() for line in listed[1:]] == [["inspect", "t", "4", "4", listed[1].split()[-1]]]
+    shown = run_command(configuration, "show", "inspect.t", "--version", "2", "--limit", "3").stdout.splitlines()
+    assert shown[0] == "inspect.t version 2: 5 rows"
+    printed = [line.split()[:3] for line in shown[2:]]  # after the column header: index, id, v
+    assert len(printed) == 3 and {(int(i), v) for _n, i, v in printed} <= {(i, f"v{i}") for i in range(1, 6)}
+    latest = run_command(configuration, "show", "inspect.t").stdout.splitlines()
+    assert latest[0] == "inspect.t version 4: 4 rows" and len(latest) == 2 + 4
+    text = run_command(configuration, "changes", "inspect.t", "--from-version", "2", "--to-version", "3",
+                       "--output", "jsonl").stdout
+    events = sorted((e["_change_type"], e["id"], e["v"], e["_commit_version"]) for e in map(json.loads, text.splitlines()))
+    assert events == [("update_postimage", "1", "renamed", "3"), ("update_preimage", "1", "v1", "3")]
+
+
+@pytest.mark.parametrize("configuration", ["local"], indirect=True)
+def test_tester_plain_text_with_a_folder_of_inputs(grpc_server, configuration, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Every input of a folder runs, in name order, with plain-text batch files (uncompressed, unencrypted)."""
+    folder = tmp_path / "inputs"
+    folder.mkdir()
+    for name, ids in (("a_first", [1, 2, 3]), ("b_second", [7, 8])):
+        (folder / f"{name}.json").write_text(json.dumps({
+            "create_table": {name: {"columns": {"id": "INT", "v": "STRING"}, "primary_key": ["id"]}},
+            "ops": [{"upsert": {name: [{"id": i, "v": f"v{i}"} for i in ids]}}]}))
+    (folder / "configuration.json").write_text(json.dumps(configuration))
+    done = subprocess.run([str(BIN), "tester", "--input", str(folder), "--address", grpc_server, "--plain-text",
+                           "--schema-name", "plain"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.index("== a_first.json") < done.stdout.index("== b_second.json")
+    assert sorted((x["id"], x["v"]) for x in rows_of(configuration, "plain", "a_first")) == [(1, "v1"), (2, "v2"), (3, "v3")]
+    assert sorted((x["id"], x["v"]) for x in rows_of(configuration, "plain", "b_second")) == [(7, "v7"), (8, "v8")]
+    work = tmp_path / "work"  # the files --plain-text sends (the command removes its own): CSV text as it is
+    work.mkdir()
+    harness = Harness(grpc_server, "plain_again", configuration, plain_text=True, batch_file_type="csv", workdir=work)
+    harness.run_file(folder / "a_first.json")
+    assert harness.failures == 0
+    (sent,) = work.iterdir()
+    header, *lines = sent.read_text(encoding="utf-8").splitlines()
+    assert sorted(header.split(",")) == ["_fivetran_deleted", "_fivetran_synced", "id", "v"] and len(lines) == 3
 
 
 def test_bad_batch_files_answer_precisely_and_write_nothing(stub, configuration, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -13,10 +13,11 @@ from destination.storage.base import open_storage
 from destination.table_model import SYNCED
 from destination.table_store.store import TableStore
 from destination.tester.harness import Harness
+from destination.validator import validate_table
 from tests.conftest import spec_of
-from tests.reference_model import (ACTIVE, DELETED, END, LATEST_SYNCED, START, Model, ModelTable, canon,
-                                   history_violations)
-from tests.rpc_helpers import rows_of
+from tests.reference_model import (ACTIVE, DELETED, END, FIRST_STAMP_MS, LATEST_SYNCED, START, Model, ModelTable,
+                                   canon, history_violations)
+from tests.rpc_helpers import describe, rows_of
 
 INPUTS = Path(__file__).resolve().parent.parent.parent / "shared" / "tester-inputs"
 CLICKHOUSE_FILES = sorted((INPUTS / "clickhouse").glob("input_*.json"))
@@ -26,7 +27,15 @@ MIGRATION_FILES = sorted(INPUTS.glob("*/schema_migrations_input_*.json"))
 ALL_INPUTS = [*CLICKHOUSE_FILES, *SDK_FILES, *MIGRATION_FILES]
 
 
-class InvariantHarness(Harness):
+class ModelClockHarness(Harness):
+    """Stamps rows 1 ms apart from the model's first stamp, so the model knows every `_fivetran_synced`."""
+
+    def stamp(self) -> int:
+        self.last_ms = max(self.last_ms, FIRST_STAMP_MS - 1) + 1
+        return self.last_ms
+
+
+class InvariantHarness(ModelClockHarness):
     """After every WriteHistoryBatch and Migrate, every history table of the schema keeps its invariants."""
 
     def _answer(self, rpc: str, target: str, call: Any, request: Any) -> Any:
@@ -56,6 +65,9 @@ def model_of(path: Path) -> Model:
 
 
 def check_against_model(configuration: dict[str, str], model: Model) -> None:
+    storage = open_storage(spec_of(configuration))
+    for name in model.tables:
+        assert validate_table(storage, "tester", name) == [], f"{name}: a committed version is not valid"
     for name, table in model.tables.items():
         if table.history:
             check_history_table(configuration, name, table)
@@ -65,7 +77,7 @@ def check_against_model(configuration: dict[str, str], model: Model) -> None:
         assert len(got) == len(stored), f"{name}: duplicate keys stored"
         assert set(got) == set(table.rows), f"{name}: keys differ: stored {sorted(got)} expected {sorted(table.rows)}"
         for key, expected in table.rows.items():
-            for column, ftype in [*table.types.items(), ("_fivetran_deleted", "BOOLEAN")]:
+            for column, ftype in [*table.types.items(), ("_fivetran_deleted", "BOOLEAN"), (SYNCED, "UTC_DATETIME")]:
                 assert canon(got[key].get(column), ftype) == canon(expected.get(column), ftype), \
                     f"{name} {key} column {column}: stored {got[key].get(column)!r}, expected {expected.get(column)!r}"
 
@@ -81,37 +93,59 @@ def check_history_table(configuration: dict[str, str], name: str, table: ModelTa
     assert len(got) == len(stored), f"{name}: two versions with one key and start"
     assert set(got) == set(table.rows), f"{name}: versions differ: stored {sorted(got)} expected {sorted(table.rows)}"
     columns = [*table.types.items(), (START, "UTC_DATETIME"), (END, "UTC_DATETIME"), (ACTIVE, "BOOLEAN"),
-               (DELETED, "BOOLEAN")]
+               (DELETED, "BOOLEAN"), (SYNCED, "UTC_DATETIME")]
     for key, expected in table.rows.items():
         for column, ftype in columns:
             assert canon(got[key].get(column), ftype) == canon(expected.get(column), ftype), \
                 f"{name} {key} column {column}: stored {got[key].get(column)!r}, expected {expected.get(column)!r}"
 
 
+def referenced_tables(path: Path) -> set[str]:
+    """Every table an input file names: created, altered, written, truncated or described."""
+    data = json.loads(path.read_text())
+    names = {*(data.get("create_table") or {}), *(data.get("alter_table") or {}), *(data.get("describe_table") or [])}
+    for op in data.get("ops") or []:
+        ((_kind, body),) = op.items()
+        names.update(body)
+    return names
+
+
+def check_missing_tables(stub, configuration: dict[str, str], path: Path, model: Model) -> None:  # type: ignore[no-untyped-def]
+    """A table the input names but never creates (or drops) is still unknown to DescribeTable: `not_found`."""
+    for name in sorted(referenced_tables(path) - set(model.tables)):
+        answer = describe(stub, configuration, "tester", name)
+        assert answer.WhichOneof("response") == "not_found" and answer.not_found, f"{name}: {answer}"
+
+
 @pytest.mark.parametrize("batch_type", ["csv", "parquet"])
 @pytest.mark.parametrize("path", CLICKHOUSE_FILES, ids=lambda p: p.stem)
-def test_clickhouse_inputs(grpc_server, configuration, tmp_path, path: Path, batch_type: str) -> None:  # type: ignore[no-untyped-def]
+def test_clickhouse_inputs(grpc_server, stub, configuration, tmp_path, path: Path, batch_type: str) -> None:  # type: ignore[no-untyped-def]
     harness = run_harness(grpc_server, configuration, path, tmp_path, batch_type)
     assert harness.failures == 0
-    check_against_model(configuration, model_of(path))
+    model = model_of(path)
+    check_against_model(configuration, model)
+    check_missing_tables(stub, configuration, path, model)
 
 
 @pytest.mark.parametrize("path", SDK_FILES, ids=lambda p: p.stem)
-def test_sdk_inputs(grpc_server, configuration, tmp_path, path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_sdk_inputs(grpc_server, stub, configuration, tmp_path, path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     """The SDK's files mix plain and history tables; every call succeeds and every table ends right."""
     harness = run_harness(grpc_server, configuration, path, tmp_path, "csv")
     out = capsys.readouterr().out
     assert harness.failures == 0, [line for line in out.splitlines() if line.startswith("FAIL")]
-    check_against_model(configuration, model_of(path))
+    model = model_of(path)
+    check_against_model(configuration, model)
+    check_missing_tables(stub, configuration, path, model)
 
 
 @pytest.mark.parametrize("path", MIGRATION_FILES, ids=lambda p: f"{p.parent.name}-{p.stem}")
-def test_schema_migration_inputs(grpc_server, configuration, tmp_path, path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_schema_migration_inputs(grpc_server, stub, configuration, tmp_path, path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     """Every schema-migration input (DDL, DML, sync modes, history mode) succeeds and every table ends right."""
     harness = run_harness(grpc_server, configuration, path, tmp_path, "csv")
     out = capsys.readouterr().out
     assert harness.failures == 0, [line for line in out.splitlines() if line.startswith("FAIL")]
     model = model_of(path)
     check_against_model(configuration, model)
+    check_missing_tables(stub, configuration, path, model)
     store = TableStore(open_storage(spec_of(configuration)))
     assert sorted(store.list_tables("tester")) == sorted(model.tables)

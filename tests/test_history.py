@@ -17,11 +17,10 @@ import pytest
 from destination.protocol import common, sdk
 from destination.storage.base import open_storage
 from destination.table_store.store import TableStore
-from destination.tester.harness import Harness
 from tests.reference_model import TMAX, Model, history_violations
 from tests.conftest import spec_of
 from tests.rpc_helpers import rows_of
-from tests.test_conformance import check_against_model
+from tests.test_conformance import ModelClockHarness, check_against_model
 
 BASE = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
 MS = dt.timedelta(milliseconds=1)
@@ -38,8 +37,9 @@ def t(n: int) -> dt.datetime:
     return (BASE + dt.timedelta(minutes=n, microseconds=123456)).replace(tzinfo=None)
 
 
-class CheckingHarness(Harness):
-    """Checks the invariants after each WriteHistoryBatch and keeps the last request to send it again."""
+class CheckingHarness(ModelClockHarness):
+    """Checks the invariants after each WriteHistoryBatch and keeps the last request to send it again; stamps rows
+    on the model's clock."""
 
     def __init__(self, *args: Any, tables: list[str], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

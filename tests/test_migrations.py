@@ -42,6 +42,15 @@ def ids_values(configuration, name, column="v"):  # type: ignore[no-untyped-def]
     return sorted((r["id"], r[column]) for r in rows_of(configuration, "mig", name))
 
 
+def column_by_id(configuration, column: str) -> dict[int, object]:  # type: ignore[no-untyped-def]
+    return {r["id"]: r[column] for r in rows_of(configuration, "mig", "m")}
+
+
+def expected_column(with_data: bool, value: object) -> dict[int, object]:
+    """Every row of the source fixture (ids 1 and 2, or none) holding `value`."""
+    return {i: value for i in (1, 2)} if with_data else {}
+
+
 def test_copy_and_rename_table_with_retries(stub, configuration, source) -> None:  # type: ignore[no-untyped-def]
     expected = [(1, "a"), (2, "b")] if source else []
     for _ in range(2):  # the second call is a retry onto the existing target
@@ -80,17 +89,17 @@ def test_add_column_with_default_and_update_value(stub, configuration, source) -
                          add__add_column_with_default_value__column_type=common.DataType.Value("UTC_DATETIME"),
                          add__add_column_with_default_value__default_value="2005-05-28T20:57:00Z")
         assert answer.success
-    got = rows_of(configuration, "mig", "m")
-    assert all(r["since"] == dt.datetime(2005, 5, 28, 20, 57, tzinfo=dt.timezone.utc) for r in got)
+    since = dt.datetime(2005, 5, 28, 20, 57, tzinfo=dt.timezone.utc)
+    assert column_by_id(configuration, "since") == expected_column(source, since)
     # on an existing column the default is set on every row
     assert migrate(stub, configuration, "m", add__add_column_with_default_value__column="v",
                    add__add_column_with_default_value__column_type=common.DataType.Value("STRING"),
                    add__add_column_with_default_value__default_value="dflt").success
-    assert all(r["v"] == "dflt" for r in rows_of(configuration, "mig", "m"))
+    assert column_by_id(configuration, "v") == expected_column(source, "dflt")
     assert migrate(stub, configuration, "m", update_column_value__column="n", update_column_value__value="202").success
-    assert all(r["n"] == 202 for r in rows_of(configuration, "mig", "m"))
+    assert column_by_id(configuration, "n") == expected_column(source, 202)
     assert migrate(stub, configuration, "m", update_column_value__column="n", update_column_value__value="NULL").success
-    assert all(r["n"] is None for r in rows_of(configuration, "mig", "m"))
+    assert column_by_id(configuration, "n") == expected_column(source, None)
 
 
 def test_invalid_default_is_captured_not_fatal(stub, configuration, source) -> None:  # type: ignore[no-untyped-def]
@@ -99,6 +108,7 @@ def test_invalid_default_is_captured_not_fatal(stub, configuration, source) -> N
                      add__add_column_with_default_value__default_value="not a date")
     assert answer.success
     got = rows_of(configuration, "mig", "m")
+    assert sorted(r["id"] for r in got) == ([1, 2] if source else [])
     for r in got:
         assert r["when"] is None
         assert {"field": "when", "change": "NULLED", "reason": "DESTINATION_SERIALIZATION_ERROR"} in \

@@ -25,7 +25,8 @@ BIN = Path(sys.executable).parent
 
 
 @pytest.fixture(scope="module")
-def server_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subprocess.Popen, str, Path]]:
+def server_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subprocess.Popen, str, Path, Path]]:
+    """(the process, its address, its log, its root)."""
     root = tmp_path_factory.mktemp("proc-root")
     port = free_port()
     log = root.parent / "server.stdout"
@@ -44,7 +45,7 @@ def server_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[s
             assert proc.poll() is None, log.read_text()
             assert time.monotonic() < deadline, "the server never reported SERVING"
             time.sleep(0.5)
-    yield proc, address, log
+    yield proc, address, log, root
     if proc.poll() is None:
         proc.kill()
 
@@ -56,7 +57,7 @@ def grpcurl(*args: str) -> str:
 
 
 def test_grpcurl_lists_describes_and_calls(server_process) -> None:  # type: ignore[no-untyped-def]
-    _proc, address, _log = server_process
+    _proc, address, _log, _root = server_process
     services = grpcurl(address, "list").split()
     assert "fivetran_sdk.v2.DestinationConnector" in services and "grpc.health.v1.Health" in services
     described = grpcurl(address, "describe", "fivetran_sdk.v2.DestinationConnector")
@@ -74,8 +75,17 @@ def test_grpcurl_lists_describes_and_calls(server_process) -> None:  # type: ign
     assert json.loads(grpcurl("-d", "{}", address, "grpc.health.v1.Health/Check")) == {"status": "SERVING"}
 
 
+def wait_for(path: Path, caller: threading.Thread, seconds: float = 120) -> None:
+    """Until `path` exists (polling the file system, not guessing a delay) while the call is still running."""
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert caller.is_alive(), "the call finished before its claim was seen"
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.005)
+
+
 def test_sigterm_lets_the_call_in_flight_finish(server_process, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    proc, address, log = server_process
+    proc, address, log, root = server_process
     stub = sdk_grpc.DestinationConnectorStub(grpc.insecure_channel(address))
     t = table("big", [("id", "LONG", True), ("s", "STRING"), ("_fivetran_synced", "UTC_DATETIME"),
                       ("_fivetran_deleted", "BOOLEAN")])
@@ -95,7 +105,7 @@ def test_sigterm_lets_the_call_in_flight_finish(server_process, tmp_path: Path) 
 
     caller = threading.Thread(target=call)
     caller.start()
-    time.sleep(0.7)
+    wait_for(root / "s" / "big" / "_log" / f"{2:020d}.claim", caller)  # the write of version 2 has begun
     signalled = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     caller.join(300)

@@ -2,7 +2,10 @@
 the change (from the versions' file statistics)."""
 from __future__ import annotations
 
+import gzip
 import io
+import itertools
+import random
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +17,11 @@ import pytest
 from destination.protocol import sdk
 from destination.storage.base import open_storage
 from destination.table_model import ColumnDef
-from spark_jobs.keys import buckets, key_tokens
 from destination.table_store.store import TableStore
-from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING, seal
-from tests.batchfiles import FMT, write_csv
+from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING, csv_bytes, seal
+from tests.batchfiles import FMT, seal_raw, write_csv
 from tests.conftest import spec_of
+from tests.reference_model import key_bucket, siphash24
 from tests.rpc_helpers import rows_of, table
 
 KEY = bytes(range(32))
@@ -51,6 +54,12 @@ def create(stub, configuration, schema, t):  # type: ignore[no-untyped-def]
 def r(i: Any, v: Any, ts: str = "2024-01-01T00:00:00Z", **extra: Any) -> dict[str, Any]:
     return {"id": str(i), "v": v, "n": extra.get("n", U if v == U else "1"), "_fivetran_synced": ts,
             "_fivetran_deleted": extra.get("deleted", "false")}
+
+
+def test_the_bucket_model_computes_siphash_24() -> None:
+    """The tests' own SipHash gives the paper's test vector (key 00..0f, message 00..0e)."""
+    assert siphash24(bytes(range(16)), bytes(range(15))) == 0xA129CA6149BE45E5
+    assert siphash24(bytes(range(16)), b"") == 0x726FDB47DD0E0E31
 
 
 def test_request_order_and_repeated_keys(stub, configuration, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -147,6 +156,45 @@ def test_a_retried_request_applies_once(stub, configuration, tmp_path) -> None: 
     assert sorted((x["id"], x["v"]) for x in rows_of(configuration, "r", "r")) == [(1, "a2"), (2, "b")]
 
 
+def test_retries_are_recognised_among_the_last_20_batches(stub, configuration, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The last 20 batches' digests are kept: a retry of the 20th-latest is recognised, of the 21st-latest is not."""
+    t = table("d", [("id", "INT", True), ("v", "STRING"), ("n", "LONG"), *SYS])
+    create(stub, configuration, "dig", t)
+    requests = [write(stub, configuration, "dig", t, tmp_path, replace=[r(i, f"v{i}")]) for i in range(22)]
+    store = TableStore(open_storage(spec_of(configuration)))
+    latest = 1 + len(requests)  # CreateTable, then one version per request
+
+    def retry(request: sdk.WriteBatchRequest) -> int:
+        assert stub.WriteBatch(request).WhichOneof("response") == "success"
+        current = store.load("dig", "d")
+        assert current is not None
+        return current.version
+
+    assert retry(requests[-20]) == latest  # among the last 20: answered without a new version
+    assert retry(requests[-21]) == latest + 1  # forgotten: applied again (a replace, so the rows stay the same)
+    assert sorted((x["id"], x["v"]) for x in rows_of(configuration, "dig", "d")) == [(i, f"v{i}") for i in range(22)]
+
+
+@pytest.mark.parametrize("compression,encrypted", [("GZIP", True), ("GZIP", False), ("OFF", True), ("OFF", False)])
+def test_gzip_and_uncompressed_batch_files(stub, configuration, tmp_path, compression: str, encrypted: bool) -> None:  # type: ignore[no-untyped-def]
+    t = table("z", [("id", "INT", True), ("v", "STRING"), ("n", "LONG"), *SYS])
+    schema = f"c{compression.lower()}{int(encrypted)}"
+    create(stub, configuration, schema, t)
+    rows = [r(1, "one"), r(2, None), r(3, "three, with a comma")]
+    plain = csv_bytes([c.name for c in t.columns], rows, random.Random(3))
+    body = gzip.compress(plain) if compression == "GZIP" else plain
+    path = tmp_path / f"batch.csv{'.gz' if compression == 'GZIP' else ''}{'.aes' if encrypted else ''}"
+    path.write_bytes(seal_raw(body, KEY) if encrypted else body)
+    file_params = sdk.FileParams(compression=sdk.Compression.Value(compression),
+                                 encryption=sdk.Encryption.Value("AES" if encrypted else "NONE"),
+                                 null_string=NULL_STRING, unmodified_string=UNMODIFIED_STRING)
+    request = sdk.WriteBatchRequest(configuration=configuration, schema_name=schema, table=t, file_params=file_params,
+                                    replace_files=[str(path)], keys={str(path): KEY} if encrypted else {})
+    assert stub.WriteBatch(request).WhichOneof("response") == "success"
+    got = sorted((x["id"], x["v"], x["n"]) for x in rows_of(configuration, schema, "z"))
+    assert got == [(1, "one", 1), (2, None, 1), (3, "three, with a comma", 1)]
+
+
 def _big_csv(path: Path, ids: np.ndarray, value: str) -> Path:
     n = len(ids)
     tbl = pa.table({"id": pa.array(ids), "v": pa.array(np.full(n, value)),
@@ -183,9 +231,8 @@ def test_cost_follows_the_change_on_a_million_rows(stub, configuration, tmp_path
     assert sum(f.rows for f in added.files if f.name not in names) == 1000
 
     # 1,000 existing keys that all live in two buckets: only those buckets' files are rewritten
-    candidates = np.arange(0, 200_000)
-    tokens = key_tokens(pa.table({"id": pa.array(candidates)}), [ColumnDef("id", "LONG", True)])
-    in_two = candidates[np.isin(buckets(tokens, added.table.bucket_count), [3, 11])][:1000]
+    in_two = np.array(list(itertools.islice((i for i in range(1_000_000)
+                                             if key_bucket(str(i), added.table.bucket_count) in (3, 11)), 1000)))
     send(update=_big_csv(tmp_path / "upd.csv.zstd.aes", in_two, "updated"))
     updated = store.load("cost", "big")
     assert updated is not None and updated.rows == 1_001_000
