@@ -191,3 +191,34 @@ def _parquet_with_bad_utf8() -> pa.Table:
     values = pa.array([b"ok", b"\xff\xfe", "a\x00\u2028".encode()], pa.binary())
     text = pa.StringArray.from_buffers(len(values), values.buffers()[1], values.buffers()[2])
     return pa.table({"id": pa.array(["1", "2", "3"]), "s": text})
+
+
+def test_odd_bytes_through_the_server_are_stored_as_the_table_says(stub, configuration, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """Through gRPC and the store: odd bytes kept byte for byte; a value that is not UTF-8 stored as NULL with a
+    NULLED change in _destination_meta and counted in the write's WARNING line (its bytes never logged)."""
+    from destination.protocol import sdk
+    from tests.rpc_helpers import rows_of, table
+    from tests.test_write_path import SYS, create, params
+
+    t = table("odd", [("id", "INT", True), ("s", "STRING"), *SYS])
+    create(stub, configuration, "bytes", t)
+    values = list(ODD_VALUES.values())
+    rows = [b"%d,%s" % (i, quoted(v.encode())) for i, v in enumerate(values)] + [b'%d,"bad \xff\xfe"' % len(values)]
+    plain = b"\xef\xbb\xbfid,s,_fivetran_synced,_fivetran_deleted\r\n" + b"".join(
+        row + b",2024-01-01T00:00:00Z,false\r\n" for row in rows)
+    path = tmp_path / "odd.csv.zstd.aes"
+    path.write_bytes(seal(plain, KEY))
+    answer = stub.WriteBatch(sdk.WriteBatchRequest(configuration=configuration, schema_name="bytes", table=t,
+                                                   replace_files=[str(path)], keys={str(path): KEY},
+                                                   file_params=params()))
+    assert answer.WhichOneof("response") == "success"
+    got = {r["id"]: r for r in rows_of(configuration, "bytes", "odd")}
+    assert [got[i]["s"] for i in range(len(values))] == values
+    assert all(json.loads(got[i]["_destination_meta"])["changes"] == [] for i in range(len(values)))
+    bad = got[len(values)]
+    assert bad["s"] is None
+    assert json.loads(bad["_destination_meta"])["changes"] == [
+        {"field": "s", "change": "NULLED", "reason": "DESTINATION_SERIALIZATION_ERROR"}]
+    warnings = [line for line in capsys.readouterr().out.splitlines() if '"WARNING"' in line and "bytes.odd" in line]
+    assert len(warnings) == 1 and "'s': 1" in warnings[0]
+    assert not any(trace in warnings[0] for trace in ("\\ufffd", "\ufffd", "\\xff")), "the value was logged"
