@@ -13,7 +13,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
-from destination.batch.csvrows import PARSE_OPTIONS, iter_row_chunks, read_rows, row_end
+from destination.batch.csvrows import PARSE_OPTIONS, iter_row_chunks, parse_rows, read_rows, row_end_exact
 from destination.batch.reader import CSV_BLOCK, FileFormat, iter_batch_file
 from destination.changes.reader import _csv_texts, _json_texts
 from destination.table_model import ColumnDef, TableDef
@@ -95,7 +95,7 @@ def test_a_row_larger_than_the_chunk_takes_a_chunk_of_its_own() -> None:
     plain = b"id,s\n1,x\n2," + quoted(big) + b"\n3,y\n"
     chunks = list(iter_row_chunks(io.BytesIO(plain), 1 << 16))
     assert b"".join(chunks) == plain
-    assert any(len(c) > 5 * MIB for c in chunks) and all(row_end(c + b"\0") == len(c) for c in chunks)
+    assert any(len(c) > 5 * MIB for c in chunks) and all(row_end_exact(c + b"\0") == len(c) for c in chunks)
     table, _ = decode(plain)
     assert table.column("s").to_pylist() == ["x", big.decode(), "y"]
 
@@ -127,9 +127,12 @@ def random_rows(rng: random.Random, n: int) -> tuple[bytes, list[list[str]]]:
 
 
 def test_guard_pyarrow_reads_one_block_byte_for_byte_with_the_quote_rules_the_cutter_assumes() -> None:
-    """The reader relies on pyarrow's CSV parser, given a whole chunk as one block, to (1) keep every value
-    byte for byte and (2) end rows where csvrows.row_end says; and on (3) read_csv dropping a BOM that starts
-    its input. If a pyarrow upgrade changes any of these, this fails before data is altered."""
+    """The reader relies on pyarrow's CSV parser, given a whole chunk as one block, to (1) keep every value byte
+    for byte with the quote rules csvrows.row_end_exact follows; (2) take a quoted value left open at the end of its
+    input to that end (so a chunk cut inside a value is seen: its last value ends with the cut's line end); and on
+    (3) read_csv dropping a BOM that starts its input. If a pyarrow upgrade changes any of these, this fails before
+    data is altered. Chunks cut as small as 1 byte make every guessed cut wrong somewhere: parse_rows must still
+    give exactly the whole-file parse."""
     rng = random.Random(15)
     names = ["a", "b", "c"]
     convert = pacsv.ConvertOptions(column_types={n: pa.string() for n in names})
@@ -139,8 +142,12 @@ def test_guard_pyarrow_reads_one_block_byte_for_byte_with_the_quote_rules_the_cu
         assert [list(r.values()) for r in whole.to_pylist()] == rows, f"trial {trial}: pyarrow read other values"
         chunks = list(iter_row_chunks(io.BytesIO(data), rng.randint(1, 40)))
         assert b"".join(chunks) == data
-        parts = pa.concat_tables([read_rows(c, names, convert) for c in chunks])
+        parts = pa.concat_tables(parse_rows(iter(chunks), lambda c: read_rows(c, names, convert), "c"))
         assert parts.equals(whole), f"trial {trial}: a chunk ended inside a row"
+    open_value = read_rows(b'x,y,"open\r\nvalue\n', names, convert)
+    assert open_value.column("c").to_pylist() == ["open\r\nvalue\n"], "a value left open no longer keeps the end"
+    with pytest.raises(pa.ArrowInvalid):
+        read_rows(b'x,"open\n', names, convert)
     bom = b"\xef\xbb\xbf"
     raw = pacsv.read_csv(io.BytesIO(bom + b"x,y,z\n"), read_options=pacsv.ReadOptions(column_names=names),
                          parse_options=PARSE_OPTIONS, convert_options=convert)

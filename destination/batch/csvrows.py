@@ -7,16 +7,18 @@ end only at a row boundary (a line end outside quotes), are about `target` bytes
 more, and each is given to `read_csv` with a block size larger than the chunk. Memory stays a few chunks for files
 of ordinary rows.
 
-Where a row ends is found with pyarrow's quoting rules (comma, `"` quote, doubled quotes, no escape character,
-newlines in values; LF, CR and CRLF end a line): a `"` opens a quoted value only at the start of a field, and inside
-one a `"` closes it unless another `"` follows. For RFC 4180 text (every quote opens or closes a whole field, or is
-doubled) that is the parity of the quotes seen, which bytes.count gives fast; a chunk whose quotes are not of that
-form (a quote inside an unquoted value, text after a closing quote) is scanned quote by quote instead.
+Finding a row end costs little: the cut is first guessed at the last line end with an even number of quotes before
+it (right for RFC 4180 text, where every quote opens or closes a whole field or is doubled), and the guess is then
+checked by pyarrow's own parse of the chunk. Had pyarrow ended the chunk inside a quoted value, its last value would
+end with the chunk's final CR or LF (or the row would lack columns, an error). Only then, or where a value really
+ends so, is the chunk scanned quote by quote with pyarrow's rules (a `"` opens a quoted value only at the start of
+a field; inside one, a `"` closes it unless another `"` follows; LF, CR and CRLF end a line), and cut again.
+tests/test_csv_bytes.py guards each pyarrow behaviour this relies on.
 """
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -44,80 +46,61 @@ def read_ahead(chunks: Iterator[bytes]) -> Iterator[bytes]:
 
 
 def iter_row_chunks(stream: BinaryIO, target: int) -> Iterator[bytes]:
-    """The stream's bytes in order, in chunks of about `target` bytes that each end at a row boundary (the last
-    one at the end of the data). A row longer than `target` makes its chunk as long as the row."""
-    pending = bytearray()
+    """The stream's bytes in order, in chunks of about `target` bytes, each cut where quote parity says a row ends
+    (a guess that parse_rows checks); the last chunk ends with the data. A chunk grows to hold a longer row."""
+    pieces: list[bytes] = []
+    held = 0
     want = target
     while True:
-        while len(pending) < want:
-            piece = stream.read(max(READ_SIZE, want - len(pending)))
+        while held < want:
+            piece = stream.read(max(READ_SIZE, want - held))
             if not piece:
-                if pending:
-                    yield bytes(pending)
+                if held:
+                    yield b"".join(pieces)
                 return
-            pending += piece
-        cut = row_end(pending)
-        if not cut:  # the buffer holds no complete row: read on until one ends (doubling keeps rescans linear)
-            want = 2 * len(pending)
+            pieces.append(piece)
+            held += len(piece)
+        buffer = b"".join(pieces)
+        cut = row_end_by_parity(buffer)
+        if not cut:  # no line end outside quotes yet: read on (doubling keeps the rescans linear)
+            pieces, want = [buffer], 2 * held
             continue
-        yield bytes(pending[:cut])
-        del pending[:cut]
-        want = target
+        yield buffer[:cut]
+        pieces, held, want = [buffer[cut:]], len(buffer) - cut, target
 
 
-def row_end(buf: bytes | bytearray) -> int:
-    """Length of the longest prefix of `buf` made of whole rows (0: none). The last byte is never taken as a row
-    end: what follows it (an LF after a CR, a second quote) is not known yet."""
+def row_end_by_parity(buf: bytes) -> int:
+    """Length of the prefix of `buf` up to its last line end that has an even number of quotes before it (0: none).
+    The last byte is never taken: what follows it (an LF after a CR) is not known yet."""
     data = np.frombuffer(buf, dtype=np.uint8)
-    quotes = np.flatnonzero(data == QUOTE)
-    cut = _row_end_by_parity(buf, quotes)
-    if not _rfc_quotes(data, quotes[quotes < (cut or len(buf) - 1)]):
-        cut = _row_end_exact(buf, quotes)
-    return cut
-
-
-def _row_end_by_parity(buf: bytes | bytearray, quotes: np.ndarray) -> int:
+    odd = int(np.count_nonzero(data == QUOTE)) % 2  # quote parity before `end`, updated as `end` moves back
     end = len(buf) - 1
+    odd ^= buf[end] == QUOTE
     while end > 0:
         line_end = max(buf.rfind(b"\n", 0, end), buf.rfind(b"\r", 0, end))
         if line_end < 0:
             return 0
-        before = int(np.searchsorted(quotes, line_end))  # quotes before the line end
-        if before % 2 == 0:
-            return _after_line_end(buf, line_end)
-        end = int(quotes[before - 1])  # inside a quoted value: look before the quote that opened it
+        odd ^= buf.count(b'"', line_end, end) % 2
+        if not odd:
+            return after_line_end(buf, line_end)
+        opening = buf.rfind(b'"', 0, line_end)  # inside a quoted value: look before the quote that opened it
+        odd ^= buf.count(b'"', opening, line_end) % 2
+        end = opening
     return 0
 
 
-def _after_line_end(buf: bytes | bytearray, at: int) -> int:
+def after_line_end(buf: bytes, at: int) -> int:
     return at + 2 if buf[at] == CR and at + 1 < len(buf) and buf[at + 1] == LF else at + 1
 
 
-def _rfc_quotes(data: np.ndarray, quotes: np.ndarray) -> bool:
-    """Whether every quote (positions in data, read from a row start) opens a field, closes one or is doubled:
-    then quote parity is pyarrow's quote state. Even-numbered quotes must follow a field or line start (or be
-    the second of a doubled pair), odd-numbered ones must precede a field or line end (or a second quote)."""
-    if not quotes.size:
-        return True
-    opening, closing = quotes[0::2], quotes[1::2]
-    if opening[0] == 0:  # the chunk starts with a quote: a field start
-        opening = opening[1:]
-    if closing.size and closing[-1] + 1 >= data.size:  # the last byte: what follows is not known yet
-        closing = closing[:-1]
-    return bool(_EDGE[data[opening - 1]].all() and _EDGE[data[closing + 1]].all())
-
-
-_EDGE = np.zeros(256, dtype=bool)  # bytes that may sit next to a quote that opens or closes a field
-_EDGE[[COMMA, LF, CR, QUOTE]] = True
-
-
-def _row_end_exact(buf: bytes | bytearray, quotes: np.ndarray) -> int:
-    """pyarrow's quote state, quote by quote (only for chunks whose quotes are not all RFC 4180 ones)."""
+def row_end_exact(buf: bytes) -> int:
+    """Length of the longest prefix of `buf` (read from a row start) made of whole rows by pyarrow's quoting rules,
+    quote by quote (0: none). The last byte is never taken, as in row_end_by_parity."""
     data = np.frombuffer(buf, dtype=np.uint8)
     outside_from = 0  # start of the current stretch outside quotes
     stretches: list[tuple[int, int]] = []  # [start, end) stretches outside quotes
     inside, skip_next = False, False
-    for q in quotes.tolist():
+    for q in np.flatnonzero(data == QUOTE).tolist():
         if skip_next:
             skip_next = False
         elif inside:
@@ -136,7 +119,7 @@ def _row_end_exact(buf: bytes | bytearray, quotes: np.ndarray) -> int:
         end = min(end, len(buf) - 1)
         line_end = max(buf.rfind(b"\n", start, end), buf.rfind(b"\r", start, end))
         if line_end >= 0:
-            return _after_line_end(buf, line_end)
+            return after_line_end(buf, line_end)
     return 0
 
 
@@ -153,7 +136,7 @@ def first_row_end(chunk: bytes) -> int:
             continue
         line_end = min((at for at in (chunk.find(b"\n", pos), chunk.find(b"\r", pos)) if at >= 0), default=-1)
         if line_end >= 0 and (quote < 0 or line_end < quote):
-            return _after_line_end(chunk, line_end)
+            return after_line_end(chunk, line_end)
         if quote < 0:
             return len(chunk)
         inside, pos = quote == 0 or chunk[quote - 1] in (COMMA, LF, CR), quote + 1
@@ -168,3 +151,55 @@ def read_rows(chunk: bytes, column_names: list[str], convert: pacsv.ConvertOptio
     return pacsv.read_csv(pa.BufferReader(chunk), read_options=pacsv.ReadOptions(
         column_names=column_names, block_size=len(chunk) + 1, use_threads=False),
         parse_options=PARSE_OPTIONS, convert_options=convert)
+
+
+def ends_between_rows(rows: pa.Table, last_column: str) -> bool:
+    """Whether pyarrow's parse of a chunk that ends with a line end closed its last row there: a quoted value left
+    open would have taken that line end as its last character (a legitimate value ending with CR or LF answers
+    False too; the caller then rescans exactly)."""
+    if not rows.num_rows:
+        return True
+    value = rows.column(last_column)[rows.num_rows - 1].as_py()
+    if value is None:
+        return True
+    return not (value.endswith(("\r", "\n")) if isinstance(value, str) else value.endswith((b"\r", b"\n")))
+
+
+class MalformedRows(ValueError):
+    """pyarrow refused the rows of a chunk; the message names where they start in the plaintext."""
+
+
+def parse_rows(chunks: Iterator[bytes], parse: Callable[[bytes], pa.Table], last_column: str,
+               start: int = 0) -> Iterator[pa.Table]:
+    """Parse chunks of whole rows (the first starting at a row start, `start` bytes into the data) with `parse`,
+    whose tables must hold `last_column` (the rows' last column). A chunk whose end pyarrow did not take as a row
+    end is cut again exactly, its tail going before the next chunk. Raises MalformedRows."""
+    chunks = (chunk for chunk in chunks if chunk)
+    carry, offset = b"", start
+    pending = next(chunks, None)
+    while pending is not None:
+        following = next(chunks, None)
+        data = carry + pending if carry else pending
+        if following is None:  # the end of the data: whatever pyarrow makes of it is the whole file's parse
+            yield _parse_at(parse, data, offset)
+            return
+        try:
+            rows: pa.Table | None = parse(data)
+        except pa.ArrowInvalid:  # a guessed cut can leave a row without its columns: cut exactly, parse again
+            rows = None
+        if rows is not None and ends_between_rows(rows, last_column):
+            carry, offset = b"", offset + len(data)
+            yield rows
+        else:
+            cut = row_end_exact(data)
+            if cut:
+                yield _parse_at(parse, data[:cut], offset)
+            carry, offset = data[cut:], offset + cut
+        pending = following
+
+
+def _parse_at(parse: Callable[[bytes], pa.Table], data: bytes, offset: int) -> pa.Table:
+    try:
+        return parse(data)
+    except pa.ArrowInvalid as exc:
+        raise MalformedRows(f"in the rows from byte {offset} of the plaintext: {exc}") from None

@@ -24,7 +24,8 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import zstandard
 
-from destination.batch.csvrows import BOM, RowTooLarge, first_row_end, iter_row_chunks, read_ahead, read_rows
+from destination.batch.csvrows import (BOM, MalformedRows, RowTooLarge, first_row_end, iter_row_chunks, parse_rows,
+                                       read_ahead, read_rows)
 from destination.batch.stream import open_plaintext
 from destination.conversion import NULLED, SERIALIZATION_ERROR, Failure, JsonSeen, convert_column
 from destination.errors import BadBatchFile, scrub
@@ -107,41 +108,45 @@ def _iter_csv(path: str, stream: BinaryIO, columns: list[ColumnDef], fmt: FileFo
     _check_columns(path, header, columns, required)
     known = {c.name for c in columns}
     wanted = [name for name in header if name in known]
+    # the last column is always parsed: parse_rows checks with it that a chunk ended between rows
+    parsed = wanted if header[-1] in known else [*wanted, header[-1]]
+    as_text = _csv_convert_options(header, parsed, fmt, pa.string())
+    as_bytes = _csv_convert_options(header, parsed, fmt, pa.binary())
+
+    def parse(chunk: bytes) -> pa.Table:
+        try:
+            return read_rows(chunk, header, as_text)
+        except pa.ArrowInvalid as exc:
+            if "invalid UTF8" not in str(exc):
+                raise
+        return read_rows(chunk, header, as_bytes)  # values that are not UTF-8 are NULLed below
+
     seen: dict[str, JsonSeen] = {}
-    offset = header_end
-    for chunk in itertools.chain([first[header_end:]], chunks):
-        if chunk:
-            raw, failures = _read_chunk(path, chunk, offset, header, wanted, fmt)
-            yield _convert_block(raw, columns, fmt, seen, failures)
-        offset += len(chunk)
+    try:
+        for raw in parse_rows(itertools.chain([first[header_end:]], chunks), parse, header[-1], start=header_end):
+            text, failures = _utf8_text(raw.select(wanted))
+            yield _convert_block(text, columns, fmt, seen, failures)
+    except (MalformedRows, RowTooLarge) as exc:  # library text can echo row content: scrub it
+        raise BadBatchFile(path, f"malformed content {scrub(str(exc))}") from None
 
 
-def _csv_convert_options(header: list[str], wanted: list[str], fmt: FileFormat,
+def _csv_convert_options(header: list[str], parsed: list[str], fmt: FileFormat,
                          text_type: pa.DataType) -> pacsv.ConvertOptions:
-    return pacsv.ConvertOptions(column_types={name: text_type for name in header}, include_columns=wanted,
+    return pacsv.ConvertOptions(column_types={name: text_type for name in header}, include_columns=parsed,
                                 null_values=[fmt.null_string] if fmt.null_string else [],
                                 strings_can_be_null=True, quoted_strings_can_be_null=False)
 
 
-def _read_chunk(path: str, chunk: bytes, offset: int, header: list[str], wanted: list[str],
-                fmt: FileFormat) -> tuple[pa.Table, list[Failure]]:
-    """The rows of one chunk as text columns; values that are not UTF-8 become NULL with a failure each."""
-    try:
-        try:
-            return read_rows(chunk, header, _csv_convert_options(header, wanted, fmt, pa.string())), []
-        except pa.ArrowInvalid as exc:
-            if "invalid UTF8" not in str(exc):
-                raise
-        raw = read_rows(chunk, header, _csv_convert_options(header, wanted, fmt, pa.binary()))
-    except (pa.ArrowInvalid, RowTooLarge) as exc:  # library text can echo row content: scrub it
-        raise BadBatchFile(path, f"malformed content in the rows from byte {offset} of the plaintext: "
-                                 f"{scrub(str(exc))}") from None
-    texts, failures = [], []
-    for name in raw.column_names:
-        text, bad_rows = _utf8_or_null(raw.column(name).combine_chunks())
-        texts.append(text)
-        failures.extend(Failure(row, name, NULLED, SERIALIZATION_ERROR) for row in bad_rows)
-    return pa.Table.from_arrays(texts, names=raw.column_names), failures
+def _utf8_text(raw: pa.Table) -> tuple[pa.Table, list[Failure]]:
+    """Columns read as binary (their chunk held bytes that are not UTF-8) as text: those values become NULL with a
+    failure each."""
+    failures: list[Failure] = []
+    for index, name in enumerate(raw.column_names):
+        if pa.types.is_binary(raw.schema.field(index).type):
+            text, bad_rows = _utf8_or_null(raw.column(name).combine_chunks())
+            raw = raw.set_column(index, name, text)
+            failures.extend(Failure(row, name, NULLED, SERIALIZATION_ERROR) for row in bad_rows)
+    return raw, failures
 
 
 def _utf8_or_null(values: pa.Array, text_type: pa.DataType = pa.string()) -> tuple[pa.Array, list[int]]:

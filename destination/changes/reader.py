@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from destination.batch.csvrows import first_row_end, iter_row_chunks, read_rows
+from destination.batch.csvrows import first_row_end, iter_row_chunks, parse_rows, read_rows
 from destination.batch.reader import CSV_BLOCK
 from destination.changes import cdf
 from destination.changes.arcion import BOTH, NEW, OLD, realtime_header
@@ -99,11 +99,13 @@ def _csv_texts(data: bytes, about: dict[str, Any], table: TableDef) -> dict[str,
                                    null_values=[about["null_token"]], quoted_strings_can_be_null=False)
     # cut between rows and parsed a chunk at a time, so no reader buffer boundary falls inside a value
     chunks = iter_row_chunks(io.BytesIO(data), CSV_BLOCK)
+    start = 0
     if about["include_header"]:
         first = next(chunks, b"")
-        chunks = itertools.chain([first[first_row_end(first):]], chunks)
-    parsed = pa.concat_tables([read_rows(chunk, names, convert) for chunk in chunks if chunk]
-                              or [pa.table({n: pa.array([], pa.string()) for n in names})])
+        start = first_row_end(first)
+        chunks = itertools.chain([first[start:]], chunks)
+    parsed = pa.concat_tables([*parse_rows(chunks, lambda chunk: read_rows(chunk, names, convert), names[-1], start),
+                               pa.table({n: pa.array([], pa.string()) for n in names})])
     return {n: parsed.column(n).combine_chunks() for n in names}
 
 
