@@ -77,7 +77,8 @@ def row_end_by_parity(buf: bytes) -> int:
     end = len(buf) - 1
     odd ^= buf[end] == QUOTE
     while end > 0:
-        line_end = max(buf.rfind(b"\n", 0, end), buf.rfind(b"\r", 0, end))
+        line_end = buf.rfind(b"\n", 0, end)
+        line_end = max(line_end, buf.rfind(b"\r", line_end + 1, end))  # a CR after it (files without CR: no scan)
         if line_end < 0:
             return 0
         odd ^= buf.count(b'"', line_end, end) % 2
