@@ -45,28 +45,41 @@ def read_ahead(chunks: Iterator[bytes]) -> Iterator[bytes]:
             yield chunk
 
 
-def iter_row_chunks(stream: BinaryIO, target: int) -> Iterator[bytes]:
+def iter_row_chunks(stream: BinaryIO, target: int) -> Iterator[bytearray]:
     """The stream's bytes in order, in chunks of about `target` bytes, each cut where quote parity says a row ends
-    (a guess that parse_rows checks); the last chunk ends with the data. A chunk grows to hold a longer row."""
-    pieces: list[bytes] = []
-    held = 0
+    (a guess that parse_rows checks); the last chunk ends with the data. A chunk grows to hold a longer row.
+    The stream decompresses straight into each chunk's own buffer (no copies of whole chunks)."""
+    carry = b""  # the bytes after the last cut
     want = target
     while True:
-        while held < want:
-            piece = stream.read(max(READ_SIZE, want - held))
-            if not piece:
-                if held:
-                    yield b"".join(pieces)
-                return
-            pieces.append(piece)
-            held += len(piece)
-        buffer = b"".join(pieces)
-        cut = row_end_by_parity(buffer)
+        chunk = _fill(stream, carry, want)
+        if len(chunk) < want:  # the end of the data
+            if chunk:
+                yield chunk
+            return
+        cut = row_end_by_parity(chunk)
         if not cut:  # no line end outside quotes yet: read on (doubling keeps the rescans linear)
-            pieces, want = [buffer], 2 * held
+            carry, want = chunk, 2 * len(chunk)
             continue
-        yield buffer[:cut]
-        pieces, held, want = [buffer[cut:]], len(buffer) - cut, target
+        carry = bytes(chunk[cut:])
+        del chunk[cut:]
+        want = max(target, len(carry) + READ_SIZE)
+        yield chunk
+
+
+def _fill(stream: BinaryIO, start: bytes | bytearray, size: int) -> bytearray:
+    """A new buffer holding `start`, then up to `size` bytes in all from the stream (fewer only at its end)."""
+    buffer = bytearray(size)
+    buffer[:len(start)] = start
+    held = len(start)
+    with memoryview(buffer) as view:
+        while held < size:
+            got = stream.readinto(view[held:])  # type: ignore[attr-defined]
+            if not got:
+                break
+            held += got
+    del buffer[held:]
+    return buffer
 
 
 def row_end_by_parity(buf: bytes) -> int:
