@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 from dataclasses import dataclass, field
 from typing import BinaryIO, Iterator
 
@@ -23,13 +24,16 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import zstandard
 
-from destination.batch.stream import CHUNK, open_plaintext
-from destination.conversion import Failure, JsonSeen, convert_column
+from destination.batch.csvrows import (BOM, MalformedRows, RowTooLarge, first_row_end, iter_row_chunks, parse_rows,
+                                       read_ahead, read_rows)
+from destination.batch.stream import open_plaintext
+from destination.conversion import NULLED, SERIALIZATION_ERROR, Failure, JsonSeen, convert_column
 from destination.errors import BadBatchFile, scrub
 from destination.table_model import ColumnDef
 
-CSV_BLOCK = 2 << 20  # 1 MB blocks doubled the per-call overhead; each MB more costs ~40 MB of reader memory
-HEADER_PEEK = 1 << 20
+# rows are parsed in chunks of about this size (larger when one row needs more): 1 MB chunks doubled the per-call
+# overhead, and each MB more costs reader memory
+CSV_BLOCK = 2 << 20
 
 
 @dataclass(frozen=True)
@@ -71,11 +75,11 @@ def iter_batch_file(path: str, columns: list[ColumnDef], fmt: FileFormat, key: b
         stream.close()
 
 
-def read_header(path: str, buffered: io.BufferedReader) -> list[str]:
-    head = buffered.peek(HEADER_PEEK)
-    if not head.strip():
+def read_header(path: str, row: bytes) -> list[str]:
+    """The column names of a CSV file's first row (without its line end or a BOM)."""
+    if not row.strip():
         raise BadBatchFile(path, "CSV file is empty: no header row")
-    text = head.decode("utf-8", errors="replace")
+    text = row.decode("utf-8", errors="replace")
     try:
         header = next(csv.reader(io.StringIO(text, newline="")))
     except (StopIteration, csv.Error) as exc:
@@ -95,26 +99,74 @@ def _check_columns(path: str, present: list[str], columns: list[ColumnDef], requ
 
 def _iter_csv(path: str, stream: BinaryIO, columns: list[ColumnDef], fmt: FileFormat,
               required: list[str]) -> Iterator[DecodedBatch]:
-    buffered = io.BufferedReader(stream, HEADER_PEEK + CHUNK)  # type: ignore[arg-type]
-    header = read_header(path, buffered)
+    chunks = read_ahead(iter_row_chunks(stream, CSV_BLOCK))
+    first = next(chunks, b"")
+    if first.startswith(BOM):  # an encoding mark, not part of the first column's name
+        first = first[len(BOM):]
+    header_end = first_row_end(first)
+    header = read_header(path, first[:header_end])
     _check_columns(path, header, columns, required)
     known = {c.name for c in columns}
-    reader = pacsv.open_csv(
-        buffered,
-        read_options=pacsv.ReadOptions(block_size=CSV_BLOCK, use_threads=False),
-        parse_options=pacsv.ParseOptions(delimiter=",", quote_char='"', double_quote=True, escape_char=False,
-                                         newlines_in_values=True),
-        convert_options=pacsv.ConvertOptions(
-            column_types={name: pa.string() for name in header},
-            include_columns=[name for name in header if name in known],
-            null_values=[fmt.null_string] if fmt.null_string else [],
-            strings_can_be_null=True,
-            quoted_strings_can_be_null=False,
-        ),
-    )
+    wanted = [name for name in header if name in known]
+    # the last column is always parsed: parse_rows checks with it that a chunk ended between rows
+    parsed = wanted if header[-1] in known else [*wanted, header[-1]]
+    as_text = _csv_convert_options(header, parsed, fmt, pa.string())
+    as_bytes = _csv_convert_options(header, parsed, fmt, pa.binary())
+
+    def parse(chunk: bytes) -> pa.Table:
+        try:
+            return read_rows(chunk, header, as_text)
+        except pa.ArrowInvalid as exc:
+            if "invalid UTF8" not in str(exc):
+                raise
+        return read_rows(chunk, header, as_bytes)  # values that are not UTF-8 are NULLed below
+
     seen: dict[str, JsonSeen] = {}
-    for batch in reader:
-        yield _convert_block(pa.Table.from_batches([batch]), columns, fmt, seen)
+    try:
+        for raw in parse_rows(itertools.chain([first[header_end:]], chunks), parse, header[-1], start=header_end):
+            text, failures = _utf8_text(raw.select(wanted))
+            yield _convert_block(text, columns, fmt, seen, failures)
+    except (MalformedRows, RowTooLarge) as exc:  # library text can echo row content: scrub it
+        raise BadBatchFile(path, f"malformed content {scrub(str(exc))}") from None
+
+
+def _csv_convert_options(header: list[str], parsed: list[str], fmt: FileFormat,
+                         text_type: pa.DataType) -> pacsv.ConvertOptions:
+    return pacsv.ConvertOptions(column_types={name: text_type for name in header}, include_columns=parsed,
+                                null_values=[fmt.null_string] if fmt.null_string else [],
+                                strings_can_be_null=True, quoted_strings_can_be_null=False)
+
+
+def _utf8_text(raw: pa.Table) -> tuple[pa.Table, list[Failure]]:
+    """Columns read as binary (their chunk held bytes that are not UTF-8) as text: those values become NULL with a
+    failure each."""
+    failures: list[Failure] = []
+    for index, name in enumerate(raw.column_names):
+        if pa.types.is_binary(raw.schema.field(index).type):
+            text, bad_rows = _utf8_or_null(raw.column(name).combine_chunks())
+            raw = raw.set_column(index, name, text)
+            failures.extend(Failure(row, name, NULLED, SERIALIZATION_ERROR) for row in bad_rows)
+    return raw, failures
+
+
+def _utf8_or_null(values: pa.Array, text_type: pa.DataType = pa.string()) -> tuple[pa.Array, list[int]]:
+    """Binary values as text; those that are not valid UTF-8 become NULL (their rows are returned)."""
+    try:
+        return values.cast(text_type), []
+    except pa.ArrowInvalid:
+        pass
+    bad_rows = [row for row, value in enumerate(values.to_pylist()) if value is not None and not _is_utf8(value)]
+    keep = np.ones(len(values), dtype=bool)
+    keep[bad_rows] = False
+    return pc.if_else(pa.array(keep), values, pa.scalar(None, values.type)).cast(text_type), bad_rows
+
+
+def _is_utf8(value: bytes) -> bool:
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _iter_parquet(path: str, stream: BinaryIO, columns: list[ColumnDef], fmt: FileFormat,
@@ -130,15 +182,36 @@ def _iter_parquet(path: str, stream: BinaryIO, columns: list[ColumnDef], fmt: Fi
     wanted = [c.name for c in columns if c.name in present]
     seen: dict[str, JsonSeen] = {}
     for batch in pfile.iter_batches(batch_size=256_000, columns=wanted):
-        yield _convert_block(pa.Table.from_batches([batch]), columns, fmt, seen)
+        raw, failures = _valid_utf8(pa.Table.from_batches([batch]))
+        yield _convert_block(raw, columns, fmt, seen, failures)
 
 
-def _convert_block(raw: pa.Table, columns: list[ColumnDef], fmt: FileFormat,
-                   json_seen: dict[str, JsonSeen]) -> DecodedBatch:
+def _valid_utf8(raw: pa.Table) -> tuple[pa.Table, list[Failure]]:
+    """Parquet string columns are not checked by the reader: a value that is not UTF-8 becomes NULL with a failure
+    (stored as it is, it would break every reader of the table)."""
+    failures: list[Failure] = []
+    for index, name in enumerate(raw.column_names):
+        values = raw.column(name).combine_chunks()
+        if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
+            continue
+        try:
+            values.validate(full=True)
+            continue
+        except pa.ArrowInvalid:
+            pass
+        large = pa.types.is_large_string(values.type)
+        text, bad_rows = _utf8_or_null(values.view(pa.large_binary() if large else pa.binary()), values.type)
+        raw = raw.set_column(index, name, text)
+        failures.extend(Failure(row, name, NULLED, SERIALIZATION_ERROR) for row in bad_rows)
+    return raw, failures
+
+
+def _convert_block(raw: pa.Table, columns: list[ColumnDef], fmt: FileFormat, json_seen: dict[str, JsonSeen],
+                   failures: list[Failure] | None = None) -> DecodedBatch:
     arrays: list[pa.Array] = []
     names: list[str] = []
     unmodified: dict[str, pa.Array] = {}
-    failures: list[Failure] = []
+    failures = list(failures or [])
     for col in columns:
         if col.name not in raw.column_names:
             continue

@@ -7,6 +7,7 @@ text is parsed with (by the write path's own converters). Files are read in `_ma
 from __future__ import annotations
 
 import io
+import itertools
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,8 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from destination.batch.csvrows import first_row_end, iter_row_chunks, parse_rows, read_rows
+from destination.batch.reader import CSV_BLOCK
 from destination.changes import cdf
 from destination.changes.arcion import BOTH, NEW, OLD, realtime_header
 from destination.changes.events import DELETE, INSERT, SNAPSHOT_OP, UPDATE, ChangeEvents, concat_events, data_schema
@@ -91,18 +94,24 @@ def _csv_texts(data: bytes, about: dict[str, Any], table: TableDef) -> dict[str,
     names = realtime_header(columns) if about["kind"] == ROWS else [c.name for c in columns]
     if not data.strip():
         return {n: pa.array([], pa.string()) for n in names}
-    parsed = pacsv.read_csv(
-        io.BytesIO(data),
-        read_options=pacsv.ReadOptions(column_names=names, skip_rows=1 if about["include_header"] else 0),
-        parse_options=pacsv.ParseOptions(newlines_in_values=True),
-        # the null token only counts unquoted: a quoted one is text
-        convert_options=pacsv.ConvertOptions(column_types={n: pa.string() for n in names}, strings_can_be_null=True,
-                                             null_values=[about["null_token"]], quoted_strings_can_be_null=False))
+    # the null token only counts unquoted: a quoted one is text
+    convert = pacsv.ConvertOptions(column_types={n: pa.string() for n in names}, strings_can_be_null=True,
+                                   null_values=[about["null_token"]], quoted_strings_can_be_null=False)
+    # cut between rows and parsed a chunk at a time, so no reader buffer boundary falls inside a value
+    chunks = iter_row_chunks(io.BytesIO(data), CSV_BLOCK)
+    start = 0
+    if about["include_header"]:
+        first = next(chunks, b"")
+        start = first_row_end(first)
+        chunks = itertools.chain([first[start:]], chunks)
+    parsed = pa.concat_tables([*parse_rows(chunks, lambda chunk: read_rows(chunk, names, convert), names[-1], start),
+                               pa.table({n: pa.array([], pa.string()) for n in names})])
     return {n: parsed.column(n).combine_chunks() for n in names}
 
 
 def _json_texts(data: bytes, kind: str, table: TableDef) -> dict[str, pa.Array]:
-    lines = [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]
+    # split on LF only: str.splitlines would also split at U+2028, U+2029 and U+0085, which values hold unescaped
+    lines = [json.loads(line) for line in data.split(b"\n") if line.strip()]
     names = [c.name for c in table.columns]
     if kind != ROWS:
         return {n: pa.array([row.get(n) for row in lines], pa.string()) for n in names}
