@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from destination.protocol import sdk
-from destination.service import DestinationService
+from destination.rpc.service import DestinationService
 from destination.settings import ServerOptions
 from destination.storage.base import open_storage
 from destination.table_store.store import TableStore

@@ -15,7 +15,7 @@ from destination.storage.base import open_storage
 from destination.table_model import ColumnDef
 from destination.table_store.datafiles import read_data_file
 from destination.table_store.store import TableStore
-from spark_jobs.keys import buckets, key_tokens
+from destination.keys import buckets, key_tokens
 from tests.batchfiles import write_csv
 from tests.conftest import spec_of
 from tests.rpc_helpers import rows_of, table

@@ -14,7 +14,7 @@ import pytest
 from destination.protocol import sdk
 from destination.storage.base import open_storage
 from destination.table_model import ColumnDef
-from spark_jobs.keys import buckets, key_tokens
+from destination.keys import buckets, key_tokens
 from destination.table_store.store import TableStore
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING, seal
 from tests.batchfiles import FMT, write_csv
@@ -241,7 +241,7 @@ def test_truncate_compares_exact_milliseconds_far_from_1970(stub, configuration,
 
 
 def test_files_travel_with_the_plan_for_executors_elsewhere(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from destination.ops_builder import file_operations, plan_batch
+    from spark_jobs.operations import file_operations, plan_batch
     from destination.table_model import TableDef
 
     path = write_csv(tmp_path / "shipped.csv.zstd.aes", ["id", "v", "n", "_fivetran_synced", "_fivetran_deleted"],

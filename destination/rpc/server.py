@@ -11,7 +11,7 @@ from grpc_reflection.v1alpha import reflection
 
 from destination import logs
 from destination.protocol import sdk, sdk_grpc
-from destination.service import DestinationService
+from destination.rpc.service import DestinationService
 from destination.settings import ServerOptions
 
 MAX_MESSAGE = 128 * 1024 * 1024
