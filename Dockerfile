@@ -28,6 +28,6 @@ ENV PYTHONUNBUFFERED=1
 EXPOSE 50052
 VOLUME ["/data"]
 HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
-    CMD ["python3", "-m", "destination.healthcheck", "localhost:50052"]
+    CMD ["python3", "-m", "destination.rpc.healthcheck", "localhost:50052"]
 ENTRYPOINT ["records-destination-entrypoint", "records-destination", "serve"]
 CMD ["--port", "50052", "--root", "/data"]

@@ -13,7 +13,7 @@ def _serve(args: argparse.Namespace) -> int:
     # Before grpc is imported: the server forks only to exec Spark's JVM gateway, and with gRPC's fork handlers on
     # that child can die on a closed epoll descriptor before it execs (grpc/grpc#43055), failing Spark's start.
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
-    from destination.server import serve
+    from destination.rpc.server import serve
     from destination.settings import ServerOptions
 
     logs.configure_library_logging()
@@ -31,33 +31,33 @@ def _tester(args: argparse.Namespace) -> int:
 
 
 def _tables(args: argparse.Namespace) -> int:
-    from destination.inspection import list_tables
+    from destination.commands.inspection import list_tables
 
     return list_tables(args.root, _s3_options(args))
 
 
 def _show(args: argparse.Namespace) -> int:
-    from destination.inspection import show_table
+    from destination.commands.inspection import show_table
 
     return show_table(args.root, args.table, args.version, args.limit, _s3_options(args))
 
 
 def _changes(args: argparse.Namespace) -> int:
-    from destination.inspection import show_changes
+    from destination.commands.inspection import show_changes
 
     return show_changes(args.root, args.table, args.from_version, args.to_version, args.net, args.limit, args.output,
                         _s3_options(args))
 
 
 def _repair(args: argparse.Namespace) -> int:
-    from destination.inspection import repair_table
+    from destination.commands.inspection import repair_table
 
     return repair_table(args.root, args.table, _s3_options(args))
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from destination.inspection import open_root
-    from destination.validator import validate_command
+    from destination.commands.inspection import open_root
+    from destination.commands.validator import validate_command
 
     return validate_command(open_root(args.root, _s3_options(args)), args.table)
 

@@ -14,7 +14,7 @@ from destination.storage.base import open_storage
 from destination.table_model import DESTINATION_META, ColumnDef, TableDef
 from destination.table_store.datafiles import DataFile, align, read_data_file
 from destination.type_mapping import arrow_schema, arrow_type
-from spark_jobs.keys import key_tokens
+from destination.keys import key_tokens
 
 if TYPE_CHECKING:  # spark_jobs.tasks imports this module
     from spark_jobs.tasks import JobContext

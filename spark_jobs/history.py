@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 
 from destination.table_model import ACTIVE, DESTINATION_META, END, START, SYNCED, TableDef
 from destination.type_mapping import arrow_schema
-from spark_jobs.keys import key_tokens, run_start_index, run_starts
+from destination.keys import key_tokens, run_start_index, run_starts
 from spark_jobs.merge import (CHANGES, DELETE, EARLIEST, KEY, OP, REPLACE, SEQ, UNMOD, UPDATE, MergeCounts,
                               MergeResult, key_columns, meta_column, occurrence)
 

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 from destination.conversion import Failure
 from destination.table_model import ACTIVE, DESTINATION_META, END, START, TableDef
 from spark_jobs.history import ONE_MS_US, TMAX_US, micros, restamp, set_column, timestamps
-from spark_jobs.keys import key_tokens, run_starts
+from destination.keys import key_tokens, run_starts
 from spark_jobs.merge import key_columns
 
 MIN_US = -62135596800000000  # 0001-01-01T00:00:00Z: start and end of a row that was already deleted

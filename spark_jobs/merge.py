@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from destination.table_model import DESTINATION_META, ColumnDef, TableDef
 from destination.type_mapping import arrow_schema
-from spark_jobs.keys import key_tokens, run_start_index
+from destination.keys import key_tokens, run_start_index
 
 OP = "\x00op"
 SEQ = "\x00seq"

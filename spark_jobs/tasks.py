@@ -19,14 +19,14 @@ from destination.changes.events import ChangeEvents, deletes, empty_events, pair
 from destination.changes.files import ChangeTarget, format_staged, write_events, write_snapshot
 from destination.changes.metadata import ROWS, SNAPSHOT
 from destination.conversion import FailureKey, convert_column
-from destination.ops_builder import BatchFileRef, file_operations, from_ipc, split_by_bucket
+from spark_jobs.operations import BatchFileRef, file_operations, from_ipc, split_by_bucket
 from destination.storage.base import Storage, StorageSpec, open_storage
 from destination.table_model import TableDef
 from destination.table_store.datafiles import (BucketFiles, DataFile, align, may_hold, read_data_file,
                                                 write_data_file)
 from destination.table_store.layout import data_file_name
 from spark_jobs.alter import convert_table
-from spark_jobs.keys import key_tokens
+from destination.keys import key_tokens
 from spark_jobs.history import merge_history_bucket
 from spark_jobs.history_migrations import latest_versions, to_history, version_at
 from spark_jobs.merge import EARLIEST, HASH, KEY, OP, MergeCounts, key_columns, merge_bucket

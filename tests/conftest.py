@@ -19,7 +19,7 @@ BUCKET = "records-tests"
 
 @pytest.fixture(scope="session")
 def spark():  # type: ignore[no-untyped-def]
-    from spark_jobs.session import get_session
+    from destination.write.session import get_session
 
     return get_session("local[2]")
 
@@ -66,7 +66,7 @@ def store(storage: Storage) -> TableStore:
 @pytest.fixture(scope="session")
 def grpc_server(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:  # type: ignore[no-untyped-def]
     """A real server on a loopback socket (in this process, sharing the test Spark session)."""
-    from destination.server import build_server
+    from destination.rpc.server import build_server
     from tests.s3server import free_port
 
     root = tmp_path_factory.mktemp("server-root")

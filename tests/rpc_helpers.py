@@ -9,7 +9,7 @@ from destination.protocol import common, sdk
 from destination.storage.base import open_storage
 from destination.table_store.datafiles import align, read_data_file
 from destination.table_store.store import TableStore
-from destination.validator import validate_version
+from destination.commands.validator import validate_version
 from tests.conftest import spec_of
 
 

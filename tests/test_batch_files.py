@@ -15,7 +15,7 @@ import pytest
 from destination.batch.reader import CSV_BLOCK, FileFormat, iter_batch_file
 from destination.errors import BadBatchFile, BadRequest
 from destination.protocol import common
-from destination.proto_convert import table_from_proto
+from destination.rpc.proto_convert import table_from_proto
 from destination.table_model import ColumnDef
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING
 from tests.batchfiles import FMT, PLAIN, write_csv, write_parquet

@@ -12,13 +12,13 @@ import pytest
 from destination.batch.reader import FileFormat
 from destination.changes.settings import ChangeSettings
 from destination.cli import main
-from destination.ops_builder import plan_batch
+from spark_jobs.operations import plan_batch
 from destination.protocol import common, sdk
 from destination.storage.base import Storage, open_storage
 from destination.table_model import ColumnDef, TableDef
 from destination.table_store import layout
 from destination.table_store.store import Retention, TableStore
-from destination.write_path import WritePath
+from destination.write.write_path import WritePath
 from tests.batchfiles import FMT, write_csv
 from tests.change_consumer import replay, tokenize
 from tests.conftest import spec_of

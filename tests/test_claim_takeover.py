@@ -13,7 +13,7 @@ import pytest
 from destination.storage.base import Storage, open_storage
 from destination.table_store import layout
 from destination.table_store.store import IncompleteVersion, Repair, TableStore
-from destination.validator import validate_version
+from destination.commands.validator import validate_version
 from tests.conftest import spec_of
 from tests.test_table_store import SCHEMA, appender, ids
 

@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from destination.protocol import sdk
-from destination.service import DestinationService
+from destination.rpc.service import DestinationService
 from destination.settings import ServerOptions
 from destination.storage.base import open_storage
 from destination.tester.harness import Harness

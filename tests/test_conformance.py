@@ -13,7 +13,7 @@ from destination.storage.base import open_storage
 from destination.table_model import SYNCED
 from destination.table_store.store import TableStore
 from destination.tester.harness import Harness
-from destination.validator import validate_table
+from destination.commands.validator import validate_table
 from tests.conftest import spec_of
 from tests.reference_model import (ACTIVE, DELETED, END, FIRST_STAMP_MS, LATEST_SYNCED, START, Model, ModelTable,
                                    canon, history_violations)

@@ -24,7 +24,7 @@ def test_hadolint_passes() -> None:
 def test_dockerfile_promises() -> None:
     text = (ROOT / "Dockerfile").read_text()
     assert "ARG BASE=" in text and "FROM ${BASE}" in text
-    assert "EXPOSE 50052" in text and "HEALTHCHECK" in text and "destination.healthcheck" in text
+    assert "EXPOSE 50052" in text and "HEALTHCHECK" in text and "destination.rpc.healthcheck" in text
     assert "useradd --create-home --uid 10001" in text and "openjdk-17-jre-headless" in text
     assert 'ENTRYPOINT ["records-destination-entrypoint", "records-destination", "serve"]' in text
     assert "COPY docker/entrypoint.sh /usr/local/bin/records-destination-entrypoint" in text

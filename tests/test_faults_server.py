@@ -17,7 +17,7 @@ from destination.table_model import ColumnDef
 from destination.table_store import layout
 from destination.table_store.store import TableStore
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING
-from spark_jobs.keys import buckets, key_tokens
+from destination.keys import buckets, key_tokens
 from tests.batchfiles import write_csv
 from tests.rpc_helpers import rows_of, table
 from tests.serverproc import (NOT_SERVING, SERVING, ServerProcess, running_python_workers, spark_jvm, start_server,

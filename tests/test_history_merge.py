@@ -13,7 +13,7 @@ import pyarrow as pa
 from destination.table_model import ColumnDef, TableDef
 from destination.type_mapping import arrow_schema
 from spark_jobs.history import TMAX_US, merge_history_bucket
-from spark_jobs.keys import key_tokens
+from destination.keys import key_tokens
 from spark_jobs.merge import BUCKET, CHANGES, DELETE, EARLIEST, KEY, OP, REPLACE, SEQ, UNMOD, UPDATE, key_columns
 
 UTC = dt.timezone.utc

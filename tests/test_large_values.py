@@ -103,7 +103,7 @@ def shipping_stub(spark, tmp_path_factory) -> Iterator[Any]:  # type: ignore[no-
     """A server configured for a non-local Spark master: the batch files' bytes travel with the Spark job (here
     the session is the tests' local one, so the tasks run, but they decode shipped bytes, not the file)."""
     from destination.protocol import sdk_grpc
-    from destination.server import build_server
+    from destination.rpc.server import build_server
 
     server, _health, _service, port = build_server(
         ServerOptions(root=str(tmp_path_factory.mktemp("ship-root")), spark_master="spark://executors.elsewhere:7077"), 0)

@@ -12,7 +12,7 @@ from destination.table_model import ColumnDef, TableDef
 from destination.table_store import layout
 from destination.table_store.datafiles import align, read_data_file, write_data_file
 from destination.table_store.store import PendingVersion, Retention, TableStore, TableVersion, VersionTarget
-from destination.validator import validate_version
+from destination.commands.validator import validate_version
 
 TABLE = TableDef("events", (ColumnDef("id", "LONG", True), ColumnDef("v", "STRING"),
                             ColumnDef("_fivetran_synced", "UTC_DATETIME")))

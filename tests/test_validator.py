@@ -17,7 +17,7 @@ import pytest
 
 from destination.storage.base import Storage, open_storage
 from destination.table_store import layout, records
-from destination.validator import validate_table
+from destination.commands.validator import validate_table
 from tests.conftest import spec_of
 from tests.rpc_helpers import table
 from tests.test_write_path import SYS, create, r, write

@@ -23,7 +23,7 @@ import pyarrow.ipc as ipc
 
 from destination.table_model import SYNCED, TableDef
 from destination.type_mapping import arrow_schema
-from spark_jobs.keys import key_tokens
+from destination.keys import key_tokens
 
 INSERT, UPDATE, DELETE = "I", "U", "D"
 SNAPSHOT_OP = "S"  # read back from a snapshot directory: the row as of the version (after image only)

@@ -30,7 +30,7 @@ from destination.errors import DestinationError
 from destination.storage.base import Storage
 from destination.table_model import TableDef
 from destination.table_store import layout, records
-from spark_jobs.keys import key_tokens
+from destination.keys import key_tokens
 
 
 @dataclass

@@ -23,18 +23,18 @@ from destination.changes.settings import change_settings
 from destination.conversion import failure_summary
 from destination.errors import (BadRequest, CommitConflict, DestinationError, StorageUnavailable, Unavailable,
                                 UserActionRequired, scrub)
-from destination.migrations import migrate, migration_target
-from destination.ops_builder import plan_batch
+from destination.write.migrations import migrate, migration_target
+from spark_jobs.operations import plan_batch
 from destination.protocol import common, sdk, sdk_grpc
-from destination.proto_convert import file_format, table_from_proto, table_to_proto
+from destination.rpc.proto_convert import file_format, table_from_proto, table_to_proto
 from destination.settings import (TEST_SPARK, TEST_STORAGE, ServerOptions, configuration_form, storage_spec,
                                   unknown_fields_message)
 from destination.storage.base import StorageSpec, open_storage
 from destination.storage.s3 import is_transient_arrow_error
 from destination.table_model import DELETED
 from destination.table_store.store import AlreadyApplied, TableLocks, TableStore
-from destination.write_path import WritePath
-from spark_jobs.session import get_session, trivial_job
+from destination.write.write_path import WritePath
+from destination.write.session import get_session, trivial_job
 
 
 TARGET_LOCK_SECONDS = 600.0

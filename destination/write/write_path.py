@@ -23,7 +23,7 @@ from destination.changes.settings import ChangeSettings
 from destination.conversion import FailureKey
 from destination.errors import (BadRequest, DestinationError, RefusedChange, SparkUnavailable, StorageError,
                                 StorageUnavailable, TableNotFound, UserActionRequired)
-from destination.ops_builder import BatchFileRef, BatchPlan, bucket_chunks, file_operations, with_keys
+from spark_jobs.operations import BatchFileRef, BatchPlan, bucket_chunks, file_operations, with_keys
 from destination.storage.s3 import is_transient_arrow_error
 from destination.table_model import ColumnDef, TableDef
 from destination.table_store.datafiles import DataFile, align, read_data_file
@@ -32,8 +32,8 @@ from destination.type_changes import checked_columns, key_changed
 from destination.type_mapping import normalize_column
 from spark_jobs.alter import check_conversion_task, colliding_keys, convert_table, key_text
 from spark_jobs.merge import CHANGES, OP, REPLACE, SEQ, UNMOD
-from spark_jobs.runner import ReduceFn, TaskFn, run_shuffled, run_units
-from spark_jobs.session import discard_if_dead
+from destination.write.runner import ReduceFn, TaskFn, run_shuffled, run_units
+from destination.write.session import discard_if_dead
 from spark_jobs.tasks import (JobContext, decode_file_task, distinct, format_changes_task, load_files_task, merge_bucket_task,
                               merge_shuffled_task, rewrite_file_task, snapshot_changes_task, truncate_file_task)
 

@@ -11,9 +11,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from destination import logs
-from destination.health_monitor import HealthMonitor, check_interval, root_check, spark_check
+from destination.rpc.health_monitor import HealthMonitor, check_interval, root_check, spark_check
 from destination.protocol import sdk, sdk_grpc
-from destination.service import DestinationService
+from destination.rpc.service import DestinationService
 from destination.settings import ServerOptions, storage_spec
 
 MAX_MESSAGE = 128 * 1024 * 1024

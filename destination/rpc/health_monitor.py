@@ -17,7 +17,7 @@ from grpc_health.v1 import health, health_pb2
 from destination import logs
 from destination.errors import DestinationError, scrub
 from destination.storage.base import StorageSpec, open_storage
-from spark_jobs.session import spark_problem
+from destination.write.session import spark_problem
 
 INTERVAL_SECONDS = 5.0
 MIN_INTERVAL_SECONDS = 0.1

@@ -26,7 +26,7 @@ from destination.conversion import Failure, FailureKey, changes_column, count_by
 from destination.errors import BadBatchFile
 from destination.table_model import START, TableDef
 from destination.type_mapping import arrow_type
-from spark_jobs.keys import buckets_of, key_hashes, key_tokens
+from destination.keys import buckets_of, key_hashes, key_tokens
 from spark_jobs.merge import BUCKET, CHANGES, DELETE, EARLIEST, HASH, KEY, OP, REPLACE, SEQ, UNMOD, UPDATE, key_columns
 
 KINDS = (("earliest", EARLIEST), ("replace", REPLACE), ("update", UPDATE), ("delete", DELETE))

@@ -18,7 +18,7 @@ from destination.table_model import ACTIVE, END, START, SYNCED, ColumnDef, Table
 from destination.table_store.datafiles import DataFile
 from destination.table_store.store import TableVersion
 from destination.type_mapping import normalize_column
-from destination.write_path import WritePath
+from destination.write.write_path import WritePath
 from spark_jobs.tasks import history_rewrite_task, latest_versions_task
 
 HISTORY_COLUMNS = (START, END, ACTIVE)
