@@ -337,16 +337,6 @@ _PARSERS: dict[str, Callable[[str, ColumnDef], Any]] = {
 }
 
 
-def changes_column(failures: list[Failure], num_rows: int) -> pa.Array:
-    """Per-row JSON list of changes (null where the row converted cleanly)."""
-    if not failures:
-        return pa.nulls(num_rows, pa.string())
-    per_row: dict[int, list[dict[str, str]]] = {}
-    for f in failures:
-        per_row.setdefault(f.row, []).append(f.to_json())
-    return pa.array([json.dumps(per_row[i]) if i in per_row else None for i in range(num_rows)], pa.string())
-
-
 FailureKey = tuple[str, str, str]  # (column, change, reason)
 _REASON_TEXT = {SERIALIZATION_ERROR: "not convertible to the column type", SIZE_LIMITATION: "over the type's size limit"}
 _CHANGE_TEXT = {NULLED: "stored as NULL", TRUNCATED: "kept as their raw bytes (not valid base64)"}

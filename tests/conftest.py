@@ -3,12 +3,14 @@ tests that touch storage run on both backends (local directory and S3)."""
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
 import grpc
 import pytest
 
+from destination.rpc.service import DestinationService
 from destination.settings import ServerOptions
 from destination.storage.base import Storage, StorageSpec, open_storage
 from destination.table_store.store import Retention, TableStore
@@ -64,20 +66,32 @@ def store(storage: Storage) -> TableStore:
 
 
 @pytest.fixture(scope="session")
-def grpc_server(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:  # type: ignore[no-untyped-def]
-    """A real server on a loopback socket (in this process, sharing the test Spark session)."""
+def grpc_endpoint(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, DestinationService]]:  # type: ignore[no-untyped-def]
+    """A real server on a loopback socket (in this process, sharing the test Spark session), and its servicer."""
     from destination.rpc.server import build_server
     from tests.s3server import free_port
 
     root = tmp_path_factory.mktemp("server-root")
     port = free_port()
-    server, health, _service, bound = build_server(ServerOptions(root=str(root), spark_master="local[2]"), port)
+    server, health, service, bound = build_server(ServerOptions(root=str(root), spark_master="local[2]"), port)
     server.start()
     from grpc_health.v1 import health_pb2
 
     health.set("", health_pb2.HealthCheckResponse.SERVING)
-    yield f"127.0.0.1:{bound}"
+    yield f"127.0.0.1:{bound}", service
     server.stop(5).wait()
+
+
+@pytest.fixture(scope="session")
+def grpc_server(grpc_endpoint: tuple[str, DestinationService]) -> str:
+    return grpc_endpoint[0]
+
+
+@pytest.fixture
+def through_spark_tasks(grpc_endpoint: tuple[str, DestinationService], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The in-process server decodes every request's files in Spark tasks (small_request_bytes 0), for one test."""
+    service = grpc_endpoint[1]
+    monkeypatch.setattr(service, "options", replace(service.options, small_request_bytes=0))
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ import pytest
 from destination.batch.reader import FileFormat
 from destination.changes.settings import ChangeSettings
 from destination.cli import main
-from spark_jobs.operations import plan_batch
+from destination.write.batches import plan_batch
 from destination.protocol import common, sdk
 from destination.storage.base import Storage, open_storage
 from destination.table_model import ColumnDef, TableDef

@@ -12,6 +12,7 @@ from destination.changes.arcion import value_text
 from destination.changes.reader import net_between, read_range
 
 from destination.errors import DestinationError, UserActionRequired
+from destination.settings import s3_credentials
 from destination.storage.base import StorageSpec, open_storage
 from destination.table_store.datafiles import align, read_data_file
 from destination.table_store.store import TableStore
@@ -21,9 +22,9 @@ def _store(root: str, s3: dict[str, str]) -> TableStore:
     """The store at `root`; a local root must exist (opening it for writes would create it)."""
     if not root.startswith("s3://") and not os.path.isdir(root):
         raise UserActionRequired(f"the root directory {root!r} does not exist")
+    access_key_id, secret_access_key = s3_credentials()
     spec = StorageSpec(root=root, s3_endpoint=s3.get("s3_endpoint", ""), s3_region=s3.get("s3_region", ""),
-                       access_key_id=os.environ.get("AWS_ACCESS_KEY_ID", ""),
-                       secret_access_key=os.environ.get("AWS_SECRET_ACCESS_KEY", ""))
+                       access_key_id=access_key_id, secret_access_key=secret_access_key)
     return TableStore(open_storage(spec))
 
 

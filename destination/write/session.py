@@ -1,4 +1,4 @@
-"""The server's one long-lived SparkSession, with the settings the platform notes found necessary."""
+"""The server's one long-lived SparkSession (driver side), with the settings the platform notes found necessary."""
 from __future__ import annotations
 
 import os
@@ -6,6 +6,8 @@ import sys
 import threading
 
 from pyspark.sql import SparkSession
+
+from destination.settings import DRIVER_MEMORY
 
 _lock = threading.Lock()
 _session: SparkSession | None = None
@@ -21,16 +23,12 @@ SETTINGS = {
     "spark.python.worker.reuse": "true",
     # shuffled payloads are Arrow IPC chunks of decoded rows; compressing them cost more time than it saved
     "spark.shuffle.compress": "false",
-    # rows cross the JVM only as byte arrays (task units, shuffled chunks, results): a small heap bounds the
-    # server's memory; local mode runs every executor in this JVM
-    "spark.driver.memory": os.environ.get("RECORDS_DESTINATION_DRIVER_MEMORY", "1g"),
 }
 
 
-def _event_log() -> dict[str, str]:
-    """With RECORDS_DESTINATION_SPARK_EVENT_LOG=<dir>, Spark writes its event log there (stage and task metrics
-    for profiling: Spark's history server, or bench/eventlog.py, reads it)."""
-    directory = os.environ.get("RECORDS_DESTINATION_SPARK_EVENT_LOG")
+def _event_log(directory: str | None) -> dict[str, str]:
+    """With an event-log directory, Spark writes its event log there (stage and task metrics for profiling: Spark's
+    history server, or bench/eventlog.py, reads it)."""
     if not directory:
         return {}
     os.makedirs(directory, exist_ok=True)
@@ -38,27 +36,22 @@ def _event_log() -> dict[str, str]:
             "spark.eventLog.dir": f"file://{os.path.abspath(directory)}"}
 
 
-def get_session(master: str = "local[*]") -> SparkSession:
-    """Create (once) and return the session; later calls return the same one."""
+def get_session(master: str = "local[*]", driver_memory: str = DRIVER_MEMORY,
+                event_log: str | None = None) -> SparkSession:
+    """Create (once) and return the session; later calls return the same one. `driver_memory` is the JVM's heap:
+    rows cross it only as byte arrays (task units, shuffled chunks, results), and local mode runs every executor
+    in it."""
     global _session
     with _lock:
         if _session is None:
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
             builder = SparkSession.builder.appName("records-destination").master(master)
-            for key, value in {**SETTINGS, **_event_log()}.items():
+            for key, value in {**SETTINGS, "spark.driver.memory": driver_memory, **_event_log(event_log)}.items():
                 builder = builder.config(key, value)
             _session = builder.getOrCreate()
             _session.sparkContext.setLogLevel("ERROR")
         return _session
-
-
-def stop_session() -> None:
-    global _session
-    with _lock:
-        if _session is not None:
-            _session.stop()
-            _session = None
 
 
 def trivial_job(session: SparkSession) -> int:
