@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -61,7 +62,7 @@ def add_changes(meta: pa.Array, changes_by_row: Mapping[int, Sequence[Failure]],
         return meta
     texts = meta.to_pylist()
     for row, failures in changes_by_row.items():
-        previous = json.loads(texts[row]) if texts[row] else {"version": 0, "changes": []}
+        previous: dict[str, Any] = json.loads(texts[row]) if texts[row] else {"version": 0, "changes": []}
         fields = {f.field for f in failures} if replace_field else set()
         kept = [c for c in previous.get("changes", []) if c.get("field") not in fields]
         stamp = previous.get("version", 0) if version is None else version

@@ -112,7 +112,7 @@ def _same_number(before: pa.Array, after: pa.Array) -> np.ndarray:
     and 1.23, rounded to a DECIMAL's scale, are not). Per value in Python: only for a checked column."""
     shown = after.cast(pa.string()).to_pylist()
     same = np.zeros(len(before), dtype=bool)
-    for row, (text, number) in enumerate(zip(before.to_pylist(), shown)):
+    for row, (text, number) in enumerate(zip(before.to_pylist(), shown, strict=True)):
         a, b = _number(text), _number(number)
         same[row] = a is not None and b is not None and (a == b or (a.is_nan() and b.is_nan()))
     return same

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from destination.batch.reader import FileFormat
-from destination.changes.files import ChangeFile, ChangeTarget
-from destination.changes.metadata import KIND_ROWS
+from destination.changes.files import ChangeTarget
+from destination.changes.metadata import KIND_ROWS, ChangeFile
 from destination.conversion import FailureKey
 from destination.storage.base import StorageSpec
 from destination.table_model import TableDef

@@ -34,8 +34,7 @@ from destination.keys import key_tokens, run_start_index, run_starts
 from destination.table_model import ACTIVE, DESTINATION_META, END, START, SYNCED, TableDef
 from destination.type_mapping import arrow_schema
 from spark_jobs.merge import MergeCounts, MergeResult, key_columns, occurrence
-from spark_jobs.operations import (CHANGES, KEY, OP, OP_DELETE, OP_EARLIEST, OP_REPLACE, OP_UPDATE, SEQ,
-                                   UNMOD)
+from spark_jobs.operations import CHANGES, KEY, OP, OP_DELETE, OP_EARLIEST, OP_REPLACE, OP_UPDATE, SEQ, UNMOD
 
 TMAX_US = 253402300799999000  # 9999-12-31T23:59:59.999Z, the end of an active version
 ONE_MS_US = 1000

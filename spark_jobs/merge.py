@@ -28,7 +28,7 @@ class MergeCounts:
     deleted: int = 0
     ignored: int = 0  # updates/deletes of keys that do not exist
 
-    def add(self, other: "MergeCounts") -> None:
+    def add(self, other: MergeCounts) -> None:
         self.inserted += other.inserted
         self.updated += other.updated
         self.deleted += other.deleted

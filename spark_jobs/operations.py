@@ -14,6 +14,7 @@ Operations travel to a bucket's merge task as Arrow IPC chunks, one per bucket (
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -131,7 +132,7 @@ def split_by_bucket(ops: pa.Table) -> list[tuple[int, pa.Table]]:
     order = np.argsort(ids, kind="stable")
     ops, ids = ops.take(pa.array(order)), ids[order]
     starts = np.concatenate([[0], np.flatnonzero(np.diff(ids)) + 1, [len(ids)]])
-    return [(int(ids[s]), ops.slice(int(s), int(e - s))) for s, e in zip(starts[:-1], starts[1:], strict=True)]
+    return [(int(ids[s]), ops.slice(int(s), int(e - s))) for s, e in itertools.pairwise(starts)]
 
 
 def bucket_chunks(ops: pa.Table) -> list[tuple[int, bytes]]:

@@ -15,8 +15,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from destination.changes.events import ChangeEvents, deletes, empty_events, pair_changes, updates
-from destination.changes.files import ChangeFile, format_staged, write_events, write_snapshot
-from destination.changes.metadata import KIND_SNAPSHOT
+from destination.changes.files import format_staged, write_events, write_snapshot
+from destination.changes.metadata import KIND_SNAPSHOT, ChangeFile
 from destination.conversion import FailureKey, convert_column
 from destination.keys import key_tokens
 from destination.storage.base import Storage, open_storage
@@ -24,9 +24,23 @@ from destination.table_model import TableDef
 from destination.table_store.datafiles import BucketFiles, DataFile, align, may_hold, read_data_file, write_data_file
 from destination.table_store.layout import data_file_name
 from spark_jobs.alter import convert_table
-from spark_jobs.contracts import (DecodedCounts, DecodeUnit, FilesWritten, FormatChangesUnit, HistoryRewriteUnit,
-                                  JobContext, LatestVersionsUnit, Loaded, LoadUnit, MergeUnit, RequestCounts,
-                                  RewriteUnit, SnapshotChangesUnit, TruncateUnit, VersionAtStep)
+from spark_jobs.contracts import (
+    DecodedCounts,
+    DecodeUnit,
+    FilesWritten,
+    FormatChangesUnit,
+    HistoryRewriteUnit,
+    JobContext,
+    LatestVersionsUnit,
+    Loaded,
+    LoadUnit,
+    MergeUnit,
+    RequestCounts,
+    RewriteUnit,
+    SnapshotChangesUnit,
+    TruncateUnit,
+    VersionAtStep,
+)
 from spark_jobs.history import merge_history_bucket
 from spark_jobs.history_migrations import latest_versions, to_history, version_at
 from spark_jobs.merge import MergeCounts, merge_bucket

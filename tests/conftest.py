@@ -3,9 +3,9 @@ tests that touch storage run on both backends (local directory and S3)."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterator
 
 import grpc
 import pytest

@@ -259,7 +259,7 @@ def canon(value: Any, ftype: Any) -> Any:
         return value if isinstance(value, dt.date) else dt.date.fromisoformat(str(value)[:10])
     if t in ("UTC_DATETIME", "NAIVE_DATETIME"):
         if isinstance(value, dt.datetime):
-            return value.astimezone(dt.timezone.utc).replace(tzinfo=None) if value.tzinfo else value
+            return value.astimezone(dt.UTC).replace(tzinfo=None) if value.tzinfo else value
         text = str(value).replace("Z", "+00:00")
         if "." in text:
             head, frac = text.split(".", 1)
@@ -267,7 +267,7 @@ def canon(value: Any, ftype: Any) -> Any:
             rest = frac[len(digits):]
             text = f"{head}.{digits[:6]}{rest}"
         parsed = dt.datetime.fromisoformat(text)
-        return parsed.astimezone(dt.timezone.utc).replace(tzinfo=None) if parsed.tzinfo else parsed
+        return parsed.astimezone(dt.UTC).replace(tzinfo=None) if parsed.tzinfo else parsed
     if t == "NAIVE_TIME":
         return value if isinstance(value, dt.time) else dt.time.fromisoformat(str(value))
     if t == "BINARY":

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
+from destination.commands.validator import validate_directory
 from destination.storage.base import open_storage
 from destination.table_model import DESTINATION_META, SYNCED
 from destination.table_store import layout
 from destination.table_store.store import TableStore
 from destination.tester.harness import Harness
-from destination.commands.validator import validate_directory
 from tests.change_consumer import replay
 from tests.conftest import s3_configuration, spec_of
 from tests.rpc_helpers import rows_of

@@ -14,8 +14,7 @@ from destination.table_model import SYNCED
 from destination.table_store.store import TableStore
 from destination.tester.harness import Harness
 from tests.conftest import spec_of
-from tests.reference_model import (ACTIVE, DELETED, END, LATEST_SYNCED, START, Model, ModelTable, canon,
-                                   history_violations)
+from tests.reference_model import ACTIVE, DELETED, END, LATEST_SYNCED, START, Model, ModelTable, canon, history_violations
 from tests.rpc_helpers import rows_of
 
 INPUTS = Path(__file__).resolve().parent.parent.parent / "shared" / "tester-inputs"

@@ -9,19 +9,18 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from destination.keys import buckets, key_tokens
 from destination.protocol import sdk
 from destination.storage.base import open_storage
 from destination.table_model import ColumnDef
 from destination.table_store.datafiles import read_data_file
 from destination.table_store.store import TableStore
-from destination.keys import buckets, key_tokens
 from tests.batchfiles import write_csv
 from tests.conftest import spec_of
 from tests.rpc_helpers import rows_of, table
 from tests.test_change_replay import HISTORY_STEPS, PLAIN_STEPS, VARIANTS, check_replay, run_input, run_steps
 from tests.test_conformance import ALL_INPUTS, check_against_model, model_of
 from tests.test_write_path import KEY, SYS, create, params, r
-
 
 pytestmark = pytest.mark.usefixtures("through_spark_tasks")
 

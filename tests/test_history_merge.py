@@ -10,15 +10,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from destination.keys import key_tokens
 from destination.table_model import ColumnDef, TableDef
 from destination.type_mapping import arrow_schema
-from destination.keys import key_tokens
 from spark_jobs.history import TMAX_US, merge_history_bucket
 from spark_jobs.merge import key_columns
-from spark_jobs.operations import (BUCKET, CHANGES, KEY, OP, OP_DELETE, OP_EARLIEST, OP_REPLACE, OP_UPDATE, SEQ,
-                                   UNMOD)
+from spark_jobs.operations import BUCKET, CHANGES, KEY, OP, OP_DELETE, OP_EARLIEST, OP_REPLACE, OP_UPDATE, SEQ, UNMOD
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 TMAX = dt.datetime(1970, 1, 1, tzinfo=UTC) + dt.timedelta(microseconds=TMAX_US)
 TABLE = TableDef("users", (
     ColumnDef("id", "INT", True), ColumnDef("name", "STRING"), ColumnDef("_fivetran_synced", "UTC_DATETIME"),
@@ -38,7 +37,7 @@ def version(id_: int, name: str, start: dt.datetime, end: dt.datetime | None = T
 
 def stored(*rows: dict[str, Any]) -> pa.Table:
     meta = [json.dumps({"version": 1, "changes": []})] * len(rows)
-    return pa.Table.from_pylist([{**r, "_destination_meta": m} for r, m in zip(rows, meta)],
+    return pa.Table.from_pylist([{**r, "_destination_meta": m} for r, m in zip(rows, meta, strict=True)],
                                 schema=arrow_schema(TABLE.columns))
 
 

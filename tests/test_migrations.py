@@ -85,7 +85,7 @@ def test_add_column_with_default_and_update_value(stub, configuration, source) -
                          add__add_column_with_default_value__default_value="2005-05-28T20:57:00Z")
         assert answer.success
     got = rows_of(configuration, "mig", "m")
-    assert all(r["since"] == dt.datetime(2005, 5, 28, 20, 57, tzinfo=dt.timezone.utc) for r in got)
+    assert all(r["since"] == dt.datetime(2005, 5, 28, 20, 57, tzinfo=dt.UTC) for r in got)
     # on an existing column the default is set on every row
     assert migrate(stub, configuration, "m", add__add_column_with_default_value__column="v",
                    add__add_column_with_default_value__column_type=common.DataType.Value("STRING"),

@@ -113,7 +113,7 @@ def test_truncate_hard_soft_and_missing(stub, configuration, tmp_path) -> None: 
     _write_rows(stub, configuration, schema, t, [
         {"id": str(i), "_fivetran_synced": f"2024-01-01T00:00:0{i}.{'999999' if i == 2 else '000'}Z", "_fivetran_deleted": "false"}
         for i in range(1, 5)], tmp_path)
-    cutoff = Timestamp(seconds=int(dt.datetime(2024, 1, 1, 0, 0, 3, tzinfo=dt.timezone.utc).timestamp()))
+    cutoff = Timestamp(seconds=int(dt.datetime(2024, 1, 1, 0, 0, 3, tzinfo=dt.UTC).timestamp()))
     soft = sdk.TruncateRequest(configuration=configuration, schema_name=schema, table_name="t",
                                synced_column="_fivetran_synced", utc_delete_before=cutoff)
     soft.soft.deleted_column = "_fivetran_deleted"

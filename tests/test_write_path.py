@@ -11,10 +11,10 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pytest
 
+from destination.keys import buckets, key_tokens
 from destination.protocol import sdk
 from destination.storage.base import open_storage
 from destination.table_model import ColumnDef
-from destination.keys import buckets, key_tokens
 from destination.table_store.store import TableStore
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING, seal
 from tests.batchfiles import FMT, write_csv
@@ -241,9 +241,9 @@ def test_truncate_compares_exact_milliseconds_far_from_1970(stub, configuration,
 
 
 def test_files_travel_with_the_plan_for_executors_elsewhere(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from destination.table_model import TableDef
     from destination.write.batches import plan_batch
     from spark_jobs.operations import file_operations
-    from destination.table_model import TableDef
 
     path = write_csv(tmp_path / "shipped.csv.zstd.aes", ["id", "v", "n", "_fivetran_synced", "_fivetran_deleted"],
                      [r(i, f"v{i}") for i in range(10)], KEY)

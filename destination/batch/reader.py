@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import BinaryIO, Iterator
+from typing import Any, BinaryIO, cast
 
 import numpy as np
 import pyarrow as pa
@@ -71,7 +72,7 @@ def iter_batch_file(path: str, columns: list[ColumnDef], fmt: FileFormat, key: b
         stream.close()
 
 
-def read_header(path: str, buffered: io.BufferedReader) -> list[str]:
+def read_header(path: str, buffered: io.BufferedReader[Any]) -> list[str]:
     head = buffered.peek(HEADER_PEEK)
     if not head.strip():
         raise BadBatchFile(path, "CSV file is empty: no header row")
@@ -95,7 +96,7 @@ def _check_columns(path: str, present: list[str], columns: list[ColumnDef], requ
 
 def _iter_csv(path: str, stream: BinaryIO, columns: list[ColumnDef], fmt: FileFormat,
               required: list[str]) -> Iterator[DecodedBatch]:
-    buffered = io.BufferedReader(stream, HEADER_PEEK + CHUNK)  # type: ignore[arg-type]
+    buffered = io.BufferedReader(cast(io.RawIOBase, stream), HEADER_PEEK + CHUNK)
     header = read_header(path, buffered)
     _check_columns(path, header, columns, required)
     known = {c.name for c in columns}

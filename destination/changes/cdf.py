@@ -27,7 +27,8 @@ def _with_commit(rows: pa.Table, change_type: pa.Array, version: int, timestamp_
     n = rows.num_rows
     return (rows.append_column(CHANGE_TYPE, change_type)
             .append_column(COMMIT_VERSION, pa.array(np.full(n, version, dtype=np.int64)))
-            .append_column(COMMIT_TIMESTAMP, pa.array(np.full(n, timestamp_us, dtype=np.int64)).cast(pa.timestamp("us", tz="UTC"))))
+            .append_column(COMMIT_TIMESTAMP,
+                           pa.array(np.full(n, timestamp_us, dtype=np.int64)).cast(pa.timestamp("us", tz="UTC"))))
 
 
 def change_rows(events: ChangeEvents, version: int, timestamp_us: int) -> pa.Table:

@@ -21,9 +21,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
+from destination.keys import key_tokens
 from destination.table_model import SYNCED, TableDef
 from destination.type_mapping import arrow_schema
-from destination.keys import key_tokens
 
 EVENT_INSERT, EVENT_UPDATE, EVENT_DELETE = "I", "U", "D"
 EVENT_SNAPSHOT = "S"  # read back from a snapshot directory: the row as of the version (after image only)
@@ -67,7 +67,7 @@ class ChangeEvents:
         return sink.getvalue().to_pybytes()
 
     @staticmethod
-    def from_ipc(data: bytes | pa.Buffer) -> "ChangeEvents":
+    def from_ipc(data: bytes | pa.Buffer) -> ChangeEvents:
         table = ipc.open_file(pa.BufferReader(data)).read_all()
         before = [n for n in table.column_names if n.startswith(_BEFORE)]
         after = [n for n in table.column_names if n.startswith(_AFTER)]

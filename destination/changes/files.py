@@ -19,8 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from destination.changes import arcion, cdf
-from destination.changes.events import (EVENT_DELETE, EVENT_INSERT, EVENT_UPDATE, ChangeEvents, data_columns,
-                                        data_schema)
+from destination.changes.events import EVENT_DELETE, EVENT_INSERT, EVENT_UPDATE, ChangeEvents, data_columns, data_schema
 from destination.changes.metadata import EXTENSIONS, KIND_ROWS, ChangeFile
 from destination.changes.settings import ARCION_CSV, PARQUET, ChangeSettings
 from destination.storage.base import Storage

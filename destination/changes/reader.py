@@ -19,16 +19,23 @@ import pyarrow.parquet as pq
 
 from destination.changes import cdf
 from destination.changes.arcion import BOTH, NEW, OLD, realtime_header
-from destination.changes.events import (EVENT_DELETE, EVENT_INSERT, EVENT_SNAPSHOT, EVENT_UPDATE, ChangeEvents,
-                                        concat_events, data_schema)
+from destination.changes.events import (
+    EVENT_DELETE,
+    EVENT_INSERT,
+    EVENT_SNAPSHOT,
+    EVENT_UPDATE,
+    ChangeEvents,
+    concat_events,
+    data_schema,
+)
 from destination.changes.metadata import CHANGES_JSON, KIND_ROWS
 from destination.changes.settings import ARCION_CSV, PARQUET
 from destination.conversion import convert_column
 from destination.errors import DestinationError
+from destination.keys import key_tokens
 from destination.storage.base import Storage
 from destination.table_model import TableDef
 from destination.table_store import layout, records
-from destination.keys import key_tokens
 
 
 @dataclass
@@ -83,7 +90,8 @@ def _from_cdf(rows: pa.Table, table: TableDef) -> ChangeEvents:
     has_before = np.isin(op, [EVENT_UPDATE, EVENT_DELETE])
     before_idx = np.where(has_before, at, -1)
     after_idx = np.where(op == EVENT_UPDATE, at + 1, np.where(has_before, -1, at))
-    take = lambda idx: images.take(pa.array(np.where(idx < 0, None, idx), pa.int64()))  # noqa: E731
+    def take(idx: np.ndarray) -> pa.Table:
+        return images.take(pa.array(idx, pa.int64(), mask=idx < 0))
     return ChangeEvents(pa.array(op, pa.string()), take(before_idx), take(after_idx))
 
 
@@ -111,8 +119,9 @@ def _json_texts(data: bytes, kind: str, table: TableDef) -> dict[str, pa.Array]:
     for n in names:
         codes = [int(e["exists"][n]) for e in lines]
         out[f"{n}__exists"] = pa.array([str(c) for c in codes], pa.string())
-        out[f"{n}__new"] = pa.array([e["after"][n] if c & NEW else None for e, c in zip(lines, codes)], pa.string())
-        out[f"{n}__old"] = pa.array([e["before"][n] if c & OLD else None for e, c in zip(lines, codes)], pa.string())
+        out[f"{n}__new"] = pa.array([e["after"][n] if c & NEW else None for e, c in zip(lines, codes, strict=True)], pa.string())
+        out[f"{n}__old"] = pa.array([e["before"][n] if c & OLD else None for e, c in zip(lines, codes, strict=True)],
+                                    pa.string())
     return out
 
 
@@ -161,7 +170,7 @@ def apply(state: dict[str, Row], changes: VersionChanges) -> set[str]:
     ops = events.op.to_pylist()
     if changes.kind != KIND_ROWS:
         state.clear()
-        state.update(zip(_keys(events.after, table), events.after.to_pylist()))
+        state.update(zip(_keys(events.after, table), events.after.to_pylist(), strict=True))
         return set(state)
     before_keys, after_keys = _keys(events.before, table), _keys(events.after, table)
     afters = events.after.to_pylist()
@@ -242,7 +251,7 @@ def net_between(storage: Storage, prefix: str, start: int, end: int) -> tuple[Ch
             ops = v.events.op.to_pylist()
             befores, afters = v.events.before.to_pylist(), v.events.after.to_pylist()
             for key_b, key_a, op, b, a in zip(_keys(v.events.before, table), _keys(v.events.after, table), ops,
-                                              befores, afters):
+                                              befores, afters, strict=True):
                 key = key_a if op == EVENT_INSERT else key_b
                 if key not in last and op != EVENT_INSERT:
                     first[key] = b

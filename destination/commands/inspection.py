@@ -10,7 +10,6 @@ import pyarrow as pa
 from destination.changes import cdf
 from destination.changes.arcion import value_text
 from destination.changes.reader import net_between, read_range
-
 from destination.errors import DestinationError, UserActionRequired
 from destination.settings import s3_credentials
 from destination.storage.base import StorageSpec, open_storage
@@ -41,7 +40,8 @@ def list_tables(root: str, s3: dict[str, str]) -> int:
             if current is None:
                 continue
             latest = store.latest_version_number(store.table_prefix(schema, table))
-            note = f"  versions after {current.version} lack files: run `repair {schema}.{table}`" if latest > current.version else ""
+            note = (f"  versions after {current.version} lack files: run `repair {schema}.{table}`"
+                    if latest > current.version else "")
             print(f"{schema:<24} {table:<32} {current.version:>8} {current.rows:>12} {len(current.files):>6}{note}")
     return 0
 
@@ -102,7 +102,8 @@ def show_changes(root: str, name: str, start: int, end: int | None, net: bool, l
             events, _table = net_between(store.storage, prefix, start, end)
             rows = cdf.change_rows(events, end, 0).drop_columns([cdf.COMMIT_TIMESTAMP])
         else:
-            parts = [cdf.change_rows(v.events, v.version, v.timestamp_us) for v in read_range(store.storage, prefix, start + 1, end)]
+            parts = [cdf.change_rows(v.events, v.version, v.timestamp_us)
+                     for v in read_range(store.storage, prefix, start + 1, end)]
             rows = pa.concat_tables(parts, promote_options="permissive")
     except DestinationError as exc:
         print(f"error: {exc}")

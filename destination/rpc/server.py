@@ -19,7 +19,8 @@ GRACE_SECONDS = 60.0
 SERVICE_NAME = "fivetran_sdk.v2.DestinationConnector"
 
 
-def build_server(options: ServerOptions, port: int, workers: int = 8) -> tuple[grpc.Server, health.HealthServicer, DestinationService, int]:
+def build_server(options: ServerOptions, port: int,
+                 workers: int = 8) -> tuple[grpc.Server, health.HealthServicer, DestinationService, int]:
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rpc"),
         options=[("grpc.max_send_message_length", MAX_MESSAGE), ("grpc.max_receive_message_length", MAX_MESSAGE),

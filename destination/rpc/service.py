@@ -12,8 +12,9 @@ import threading
 import time
 import traceback
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import grpc
 
@@ -22,19 +23,16 @@ from destination.changes.settings import change_settings
 from destination.conversion import failure_summary
 from destination.errors import BadRequest, CommitConflict, DestinationError, UserActionRequired, cause_text, scrub
 from destination.protocol import common, sdk, sdk_grpc
-from destination.rpc.configuration import (TEST_SPARK, TEST_STORAGE, configuration_form, storage_spec,
-                                           unknown_fields_message)
+from destination.rpc.configuration import TEST_SPARK, TEST_STORAGE, configuration_form, storage_spec, unknown_fields_message
 from destination.rpc.proto_convert import file_format, table_from_proto, table_to_proto
 from destination.settings import ServerOptions
 from destination.storage.base import StorageSpec, open_storage
 from destination.table_model import DELETED
 from destination.table_store.store import AlreadyApplied, TableLocks, TableStore
-from destination.write.batches import (WRITE_BATCH, WRITE_HISTORY_BATCH, check_mode, files_format, plan_batch,
-                                       ships_bytes)
+from destination.write.batches import WRITE_BATCH, WRITE_HISTORY_BATCH, check_mode, files_format, plan_batch, ships_bytes
 from destination.write.migrations import migrate, migration_target
 from destination.write.session import get_session, trivial_job
 from destination.write.write_path import WritePath
-
 
 TARGET_LOCK_SECONDS = 600.0
 
@@ -122,7 +120,7 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
     def _rpc(name: str, response: Any, table_of: Callable[[Any], tuple[str, str]]) -> Callable[..., Any]:
         def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
             @functools.wraps(method)
-            def run(self: "DestinationService", request: Any, context: grpc.ServicerContext) -> Any:
+            def run(self: DestinationService, request: Any, context: grpc.ServicerContext) -> Any:
                 schema, table = table_of(request)
                 label = f"[{name}] {schema}.{table}"
                 started = time.monotonic()
@@ -143,7 +141,8 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
                 except Exception as exc:
                     where = "".join(traceback.format_tb(exc.__traceback__, limit=-3)).replace("\n", " | ")
                     logs.severe(f"{label}: unexpected {type(exc).__name__}: {scrub(str(exc))} at {where}")
-                    context.abort(grpc.StatusCode.INTERNAL, f"{name} {schema}.{table}: unexpected {type(exc).__name__}: {scrub(str(exc))}")
+                    context.abort(grpc.StatusCode.INTERNAL,
+                                  f"{name} {schema}.{table}: unexpected {type(exc).__name__}: {scrub(str(exc))}")
                 logs.info(f"{label}: {detail} in {time.monotonic() - started:.3f}s")
                 return result
             return run
@@ -193,7 +192,8 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         try:
             outcome = backend.writer.write_batch(schema, table, plan, rpc)
         except AlreadyApplied as done:
-            return sdk.WriteBatchResponse(success=True), f"{len(plan.files)} files already applied in version {done.version} (retried request)"
+            return (sdk.WriteBatchResponse(success=True),
+                    f"{len(plan.files)} files already applied in version {done.version} (retried request)")
         for failure, count in sorted(outcome.failures_by_column.items()):
             logs.warning(f"[{rpc}] {schema}.{table}: {failure_summary(failure, count)}")
         return sdk.WriteBatchResponse(success=True), (f"{outcome.rows} rows from {len(plan.files)} files: "

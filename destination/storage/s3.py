@@ -5,7 +5,9 @@ StorageError messages naming the bucket and the cause (never the credentials).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 import boto3
@@ -40,7 +42,7 @@ def endpoint_url(endpoint: str) -> str | None:
     url = endpoint if "://" in endpoint else "http://" + endpoint
     parsed = urlparse(url)
     try:
-        parsed.port  # raises on a port that is not a number in range
+        _ = parsed.port  # raises on a port that is not a number in range
     except ValueError:
         raise _bad_endpoint(endpoint) from None
     # botocore's own host check, which otherwise fails later with a bare "ValueError: Invalid endpoint"
@@ -146,7 +148,8 @@ class S3Storage(Storage):
             raise self._error(f"lookup of {key!r}", exc) from None
 
     def _pages(self, prefix: str, delimiter: str | None) -> Iterator[dict[str, Any]]:
-        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self._key(prefix).rstrip("/") + "/" if prefix else (self.prefix + "/" if self.prefix else "")}
+        start = self._key(prefix).rstrip("/") + "/" if prefix else (self.prefix + "/" if self.prefix else "")
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": start}
         if delimiter:
             kwargs["Delimiter"] = delimiter
         paginator = self.client.get_paginator("list_objects_v2")
@@ -191,7 +194,8 @@ class S3Storage(Storage):
         keys = [self._key(o.path) for o in self.list_recursive(prefix)]
         for i in range(0, len(keys), 1000):
             chunk = [{"Key": k} for k in keys[i:i + 1000]]
-            self._call("bulk delete", lambda: self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": chunk, "Quiet": True}))
+            self._call("bulk delete", partial(self.client.delete_objects, Bucket=self.bucket,
+                                              Delete={"Objects": chunk, "Quiet": True}))
 
     def copy(self, src: str, dst: str) -> None:
         s, d = self._key(src), self._key(dst)
@@ -200,7 +204,8 @@ class S3Storage(Storage):
 
     def size(self, path: str) -> int:
         key = self._key(path)
-        return int(self._call(f"lookup of {key!r}", lambda: self.client.head_object(Bucket=self.bucket, Key=key))["ContentLength"])
+        head = self._call(f"lookup of {key!r}", lambda: self.client.head_object(Bucket=self.bucket, Key=key))
+        return int(head["ContentLength"])
 
     def url(self, path: str) -> str:
         return f"s3://{self.bucket}/{self._key(path)}"

@@ -44,7 +44,7 @@ class DataFile:
         return asdict(self)
 
     @staticmethod
-    def from_json(data: dict[str, Any]) -> "DataFile":
+    def from_json(data: dict[str, Any]) -> DataFile:
         return DataFile(**data)
 
 
@@ -123,6 +123,8 @@ def may_hold(ops: pa.Table, key_range: dict[str, list[Any]] | None, table_def: T
         if col.name not in key_range:
             continue
         values = _comparable(ops.column(col.name), col)
+        if values is None:  # a key type that keeps no range does not narrow the file down
+            continue
         lo, hi = (pa.scalar(_bound(v, col), values.type) for v in key_range[col.name])
         within = pc.and_(pc.greater_equal(values, lo), pc.less_equal(values, hi))
         if col.type in ("FLOAT", "DOUBLE"):  # NaN is one key (its token) but outside every range: read the file

@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from destination.write import history_migrations as history
 from destination.errors import BadRequest, TableNotFound, UserActionRequired
 from destination.table_model import DELETED, ColumnDef, TableDef
 from destination.table_store.layout import data_file_name
 from destination.table_store.store import PendingVersion, TableVersion, VersionTarget
 from destination.type_mapping import normalize_column
+from destination.write import history_migrations as history
 from destination.write.write_path import WritePath
 
 NULL_VALUE = "NULL"

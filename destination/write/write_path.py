@@ -18,8 +18,7 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from destination.changes.files import STAGING, ChangeTarget, write_empty
-from destination.changes.metadata import (KIND_ROWS, KIND_SNAPSHOT, ZERO_TOTALS, ChangeFile, ChangeParts, ChangeSet,
-                                          change_set)
+from destination.changes.metadata import KIND_ROWS, KIND_SNAPSHOT, ZERO_TOTALS, ChangeFile, ChangeParts, ChangeSet, change_set
 from destination.changes.settings import ChangeSettings
 from destination.conversion import FailureKey
 from destination.errors import BadRequest, RefusedChange, TableNotFound, UserActionRequired
@@ -32,12 +31,32 @@ from destination.type_mapping import normalize_column
 from destination.write.batches import WRITE_BATCH, WRITE_HISTORY_BATCH, BatchPlan
 from destination.write.runner import run_shuffled, run_units
 from spark_jobs.alter import check_conversion_task, colliding_keys, convert_table, key_text
-from spark_jobs.contracts import (BatchFileRef, CheckConversionUnit, DecodeUnit, FilesWritten, FormatChangesUnit,
-                                  JobContext, LoadUnit, MergeUnit, RequestCounts, RewriteUnit, SnapshotChangesUnit,
-                                  TruncateUnit)
+from spark_jobs.contracts import (
+    BatchFileRef,
+    CheckConversionUnit,
+    DecodeUnit,
+    FilesWritten,
+    FormatChangesUnit,
+    JobContext,
+    LoadUnit,
+    MergeUnit,
+    RequestCounts,
+    RewriteUnit,
+    SnapshotChangesUnit,
+    TruncateUnit,
+)
 from spark_jobs.operations import bucket_chunks, file_operations, replace_operations
-from spark_jobs.tasks import (decode_file_task, distinct, format_changes_task, load_files_task, merge_bucket_task,
-                              merge_shuffled_task, rewrite_file_task, snapshot_changes_task, truncate_file_task)
+from spark_jobs.tasks import (
+    decode_file_task,
+    distinct,
+    format_changes_task,
+    load_files_task,
+    merge_bucket_task,
+    merge_shuffled_task,
+    rewrite_file_task,
+    snapshot_changes_task,
+    truncate_file_task,
+)
 
 U = TypeVar("U")
 
@@ -315,9 +334,11 @@ class WritePath:
     # ---- WriteBatch -----------------------------------------------------------------------
 
     def write_batch(self, schema: str, table_name: str, plan: BatchPlan, rpc: str = WRITE_BATCH) -> Outcome:
-        """Merge one request's batch files (plain or history, by the table's mode: spark_jobs.tasks) as one
-        Spark job: a task per file decodes it and splits its operations by bucket, the shuffle brings each
-        bucket's operations to one merge task."""
+        """Merge one request's batch files (plain or history, by the table's mode) as one Spark job, on one of
+        three paths (docs/ARCHITECTURE.md "Write path"): a small request is decoded here and merged by one task per
+        bucket it touches; a request that only inserts into an empty table is loaded by one task per core with
+        no shuffle (unless a key is in two files); any other request is decoded by one task per file and
+        shuffled to one merge task per bucket. A request without rows commits nothing."""
         outcome = Outcome(None)
 
         def produce(base: TableVersion | None, target: VersionTarget) -> PendingVersion | None:
@@ -326,6 +347,7 @@ class WritePath:
             files_by_bucket = _files_by_bucket(base)
             description = f"{rpc} {schema}.{table_name}"
             started = time.perf_counter()
+            out: JobOutput | None
             if plan.total_bytes <= self.small_request:
                 out = self._merge_small(schema, base, target, plan, files_by_bucket, description)
             else:
