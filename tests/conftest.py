@@ -102,13 +102,25 @@ def stub(grpc_server: str):  # type: ignore[no-untyped-def]
     return sdk_grpc.DestinationConnectorStub(channel)
 
 
+SERVER_FIXTURES = ("stub", "grpc_server", "grpc_endpoint", "server_process")  # a server called over a socket
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark what needs Spark (the session, the in-process server, a server process) or S3 (the SeaweedFS server, the s3 backend), so
-    that `-m "not spark and not s3"` selects the quick tests."""
+    """Mark each test by what it needs: Spark (the session, the in-process server, a server process), S3 (the
+    SeaweedFS server, the s3 backend); and by tier: `e2e` (a server called over a socket), `integration` (real Spark
+    or S3, no server), `unit` (neither). `-m unit` (the same as `-m "not spark and not s3"`) selects the quick tests."""
     for item in items:
         names = getattr(item, "fixturenames", ())
         params = getattr(getattr(item, "callspec", None), "params", {})
-        if "spark" in names or "server_process" in names:  # server_process: a `serve` subprocess, Spark inside
+        spark = "spark" in names or "server_process" in names  # server_process: a `serve` subprocess, Spark inside
+        s3 = "s3_server" in names or params.get("configuration") == "s3"
+        if spark:
             item.add_marker(pytest.mark.spark)
-        if "s3_server" in names or params.get("configuration") == "s3":
+        if s3:
             item.add_marker(pytest.mark.s3)
+        if any(name in names for name in SERVER_FIXTURES):
+            item.add_marker(pytest.mark.e2e)
+        elif spark or s3:
+            item.add_marker(pytest.mark.integration)
+        else:
+            item.add_marker(pytest.mark.unit)
