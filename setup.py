@@ -6,7 +6,6 @@ regular install (into the wheel's build directory) and an editable install
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from setuptools import setup

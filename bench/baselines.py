@@ -183,6 +183,10 @@ def plain_merge(state_dir: Place, files: list[BatchFile], kind: str) -> float:
     return time.perf_counter() - started
 
 
+def _micros(values: pa.Array) -> pa.Array:
+    return values.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+
+
 def soft_truncate(state_dir: Place, cutoff_ms: int) -> float:
     started = time.perf_counter()
     state = _read_state(state_dir)
@@ -201,15 +205,14 @@ def history_merge(state_dir: Place, files: list[BatchFile], kind: str) -> float:
     state = _read_state(state_dir)
     batch = _batch(files, kind, True)
     keys = batch.table.column(KEY)
-    micros = lambda a: a.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())  # noqa: E731
     index = pc.index_in(state.column(KEY), value_set=keys)  # per stored row: its batch row
     closing = pc.and_(pc.is_valid(index), pc.fill_null(state.column(ACTIVE), False))
     safe = pc.fill_null(index, 0)
     if kind == "delete":
-        end = micros(pc.take(batch.table.column(END), safe))
+        end = _micros(pc.take(batch.table.column(END), safe))
     else:
-        end = pc.subtract(micros(pc.take(batch.table.column(START), safe)), ONE_MS)
-    new_end = pc.if_else(closing, end, micros(state.column(END))).cast(pa.timestamp("us", tz="UTC"))
+        end = pc.subtract(_micros(pc.take(batch.table.column(START), safe)), ONE_MS)
+    new_end = pc.if_else(closing, end, _micros(state.column(END))).cast(pa.timestamp("us", tz="UTC"))
     active_rows = state.filter(closing)
     state = state.set_column(state.schema.get_field_index(END), END, new_end)
     state = state.set_column(state.schema.get_field_index(ACTIVE), ACTIVE, pc.if_else(closing, False, state.column(ACTIVE)))

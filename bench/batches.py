@@ -48,7 +48,7 @@ def csv_text(table: pa.Table) -> bytes:
 
 def _binary(values: pa.Array) -> pa.Array:
     """Fivetran's Parquet files carry BINARY as bytes: base64 text decoded, markers as their UTF-8 bytes."""
-    out = []
+    out: list[bytes | None] = []
     for v in values.to_pylist():
         if v is None:
             out.append(None)

@@ -56,7 +56,7 @@ class Pools:
     notes: pa.Array
 
     @staticmethod
-    def make(seed: int = 1) -> "Pools":
+    def make(seed: int = 1) -> Pools:
         rng = np.random.default_rng(seed)
         first = ["Ada", "Grace", "Alan", "Edsger", "Barbara", "Donald", "Ken", "Dennis", "Frances", "Margaret"]
         last = ["Lovelace", "Hopper", "Turing", "Dijkstra", "Liskov", "Knuth", "Thompson", "Ritchie", "Allen"]

@@ -37,7 +37,7 @@ def machine() -> list[str]:
             f"- Python {platform.python_version()}; {java}; {versions}"]
 
 
-def ratio(m: "Measurement", run: "Run") -> tuple[float | None, str, bool | None]:
+def ratio(m: Measurement, run: Run) -> tuple[float | None, str, bool | None]:
     """(value, what it is, target met) for a measurement's comparison with its baseline."""
     if m.baseline_seconds is None or not m.seconds:
         return None, "", None
@@ -48,7 +48,7 @@ def ratio(m: "Measurement", run: "Run") -> tuple[float | None, str, bool | None]
     return value, f"{value:.2f}× the in-process merge's time (target ≤ {MERGE_TARGET}×)", value <= MERGE_TARGET
 
 
-def _table(run: "Run", backend: str) -> list[str]:
+def _table(run: Run, backend: str) -> list[str]:
     rows = ["| scenario | rows | plaintext MB | seconds | rows/s | MB/s | peak memory GiB (JVM / Python) | written MB "
             "| files written / rewritten | baseline s | ratio to baseline |",
             "|---|---:|---:|---:|---:|---:|---|---:|---|---:|---|"]
@@ -65,12 +65,12 @@ def _table(run: "Run", backend: str) -> list[str]:
     return rows
 
 
-def targets(run: "Run") -> list[str]:
+def targets(run: Run) -> list[str]:
     out = []
     for backend in sorted({m.backend for m in run.measurements}):
         ms = [m for m in run.measurements if m.backend == backend]
         for m in ms:
-            value, text, met = ratio(m, run)
+            _value, text, met = ratio(m, run)
             if met is False:
                 out.append(f"- {backend}, {m.scenario}: missed — {text}.")
         big = next((m for m in ms if m.scenario == "new keys into the big table"), None)
@@ -87,7 +87,7 @@ def targets(run: "Run") -> list[str]:
     return out
 
 
-def chart(run: "Run", path: Path) -> None:
+def chart(run: Run, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -97,7 +97,7 @@ def chart(run: "Run", path: Path) -> None:
     backends = sorted({m.backend for m in run.measurements})
     series: list[tuple[str, dict[str, float], str]] = []  # (label, rows/s by scenario, colour)
     for backend, (server_colour, baseline_colour) in zip(backends, (("tab:blue", "lightsteelblue"),
-                                                                    ("tab:orange", "navajowhite"))):
+                                                                    ("tab:orange", "navajowhite")), strict=False):
         mine = [m for m in run.measurements if m.backend == backend]
         series.append((f"server, {backend}", {m.scenario: m.rows_per_second for m in mine}, server_colour))
         series.append((f"baseline, {backend} (raw decode / in-process merge)",
@@ -118,7 +118,7 @@ def chart(run: "Run", path: Path) -> None:
     plt.close(fig)
 
 
-def write_report(run: "Run", path: Path) -> None:
+def write_report(run: Run, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     png = path.with_name("benchmarks.png")
     chart(run, png)

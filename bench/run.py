@@ -11,9 +11,11 @@ import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pyarrow.fs as pafs
 
@@ -168,7 +170,7 @@ def run_server(run: Run, w: Workload, backend: Backend, work: Path, profile: boo
                 lambda: write(stub, conf, SCHEMA, "small", w.files["small_load"], False), "decode_parquet", "load")
         for name in ("upsert", "update", "delete"):
             measure(run, server, backend, f"incremental {name}", "big", w, name,
-                    lambda name=name: write(stub, conf, SCHEMA, "big", w.files[name], False), f"merge_{name}", "merge")
+                    partial(write, stub, conf, SCHEMA, "big", w.files[name], False), f"merge_{name}", "merge")
         measure(run, server, backend, "new keys into the big table", "big", w, "new_keys",
                 lambda: write(stub, conf, SCHEMA, "big", w.files["new_keys"], False), "merge_new_keys", "merge")
         measure(run, server, backend, "new keys into the small table", "small", w, "new_keys",
@@ -182,7 +184,7 @@ def run_server(run: Run, w: Workload, backend: Backend, work: Path, profile: boo
                 lambda: write(stub, conf, SCHEMA, "hist", w.files["hist_load"], True), "decode_history", "load")
         for name in ("upsert", "update", "delete"):
             measure(run, server, backend, f"history {name}", "hist", w, f"hist_{name}",
-                    lambda name=name: write(stub, conf, SCHEMA, "hist", w.files[f"hist_{name}"], True),
+                    partial(write, stub, conf, SCHEMA, "hist", w.files[f"hist_{name}"], True),
                     f"merge_hist_{name}", "merge")
     finally:
         if profiler is not None:

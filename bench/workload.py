@@ -10,17 +10,28 @@ Tables (N = --rows):
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pyarrow as pa
 
 from bench.batches import BatchFile, csv_text, write_batch_file
-from bench.data import (KEY, START, UPDATABLE, Pools, column_names, delete_rows, history_rows, instant_text,
-                        partial_update, plain_rows, text_table)
+from bench.data import (
+    KEY,
+    START,
+    UPDATABLE,
+    Pools,
+    column_names,
+    delete_rows,
+    history_rows,
+    instant_text,
+    partial_update,
+    plain_rows,
+    text_table,
+)
 
 FILE_BYTES = 100_000_000
 T0_MS = 1_717_200_000_000  # 2024-06-01T00:00:00Z, the initial loads' _fivetran_synced
@@ -48,9 +59,8 @@ class Workload:
 def _rows_per_file(pools: Pools, fmt: str, history: bool) -> int:
     """Rows that make a ~100 MB plaintext file, from a sample's size."""
     sample = np.arange(20_000, dtype=np.int64)
-    make = (lambda ids: history_rows(ids, 0, pools, stamp(0), stamp(0))) if history else \
-        (lambda ids: plain_rows(ids, 0, pools, stamp(0)))
-    table = text_table(make(sample), column_names(history))
+    rows = history_rows(sample, 0, pools, stamp(0), stamp(0)) if history else plain_rows(sample, 0, pools, stamp(0))
+    table = text_table(rows, column_names(history))
     return max(1_000, int(FILE_BYTES / (len(csv_text(table)) / len(sample))))
 
 
@@ -130,7 +140,7 @@ def generate(rows: int, directory: Path, log: Callable[[str], None]) -> Workload
     log(f"generating {len(jobs)} batch files for {rows:,}-row tables (~{plain_per_file:,} rows per CSV file), "
         f"{os.cpu_count()} processes")
     with ProcessPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        for (name, _job), made in zip(jobs, pool.map(make_file, [job for _n, job in jobs])):
+        for (name, _job), made in zip(jobs, pool.map(make_file, [job for _n, job in jobs]), strict=True):
             w.files.setdefault(name, []).append(made)
     for name, ids, step in (("hist_load", all_ids, 0), ("hist_upsert", upsert_ids, 1), ("hist_update", update_ids, 2)):
         _earliest(w, name, ids, stamp(step))

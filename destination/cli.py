@@ -14,10 +14,10 @@ def _serve(args: argparse.Namespace) -> int:
     # that child can die on a closed epoll descriptor before it execs (grpc/grpc#43055), failing Spark's start.
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
     from destination.rpc.server import serve
-    from destination.settings import ServerOptions
+    from destination.settings import server_options
 
     logs.configure_library_logging()
-    options = ServerOptions(root=args.root, batch_file_format=args.batch_file_format, spark_master=args.spark_master)
+    options = server_options(root=args.root, batch_file_format=args.batch_file_format, spark_master=args.spark_master)
     return serve(options, args.port)
 
 

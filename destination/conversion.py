@@ -18,8 +18,9 @@ import json.scanner
 import math
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -174,7 +175,7 @@ def b64decode_array(text: pa.Array) -> pa.Array:
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(new_offsets.tobytes()), pa.py_buffer(data.tobytes())])
 
 
-_JSON_SCAN = json.scanner.make_scanner(json.JSONDecoder())
+_JSON_SCAN = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # typeshed: the class, not a decoder
 _JSON_SPACE = re.compile(r"[ \t\n\r]*")
 
 
@@ -294,13 +295,13 @@ def _iso_datetime(text: str) -> dt.datetime:
 def _parse_utc(v: str, col: ColumnDef) -> dt.datetime:
     value = _iso_datetime(v)
     if value.tzinfo is None:
-        return value.replace(tzinfo=dt.timezone.utc)
-    return value.astimezone(dt.timezone.utc)
+        return value.replace(tzinfo=dt.UTC)
+    return value.astimezone(dt.UTC)
 
 
 def _parse_naive(v: str, col: ColumnDef) -> dt.datetime:
     value = _iso_datetime(v)
-    return value.replace(tzinfo=None) if value.tzinfo is None else value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    return value.replace(tzinfo=None) if value.tzinfo is None else value.astimezone(dt.UTC).replace(tzinfo=None)
 
 
 def _parse_time(v: str, col: ColumnDef) -> dt.time:
@@ -335,16 +336,6 @@ _PARSERS: dict[str, Callable[[str, ColumnDef], Any]] = {
     "XML": _identity,
     "STRING": _identity,
 }
-
-
-def changes_column(failures: list[Failure], num_rows: int) -> pa.Array:
-    """Per-row JSON list of changes (null where the row converted cleanly)."""
-    if not failures:
-        return pa.nulls(num_rows, pa.string())
-    per_row: dict[int, list[dict[str, str]]] = {}
-    for f in failures:
-        per_row.setdefault(f.row, []).append(f.to_json())
-    return pa.array([json.dumps(per_row[i]) if i in per_row else None for i in range(num_rows)], pa.string())
 
 
 FailureKey = tuple[str, str, str]  # (column, change, reason)

@@ -19,8 +19,20 @@ def scrub(message: str) -> str:
     return re.sub(r"(got \d+(?: columns?)?):[^\n]*", r"\1", message)
 
 
+def _rebuild(cls: type[DestinationError], args: tuple[object, ...], fields: dict[str, object]) -> DestinationError:
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(fields)
+    return error
+
+
 class DestinationError(Exception):
     """Root of all errors raised on purpose by this destination."""
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickled with its class and fields whatever its __init__ takes: an error raised in a Spark task reaches
+        the driver as itself (spark_jobs.boundary)."""
+        return _rebuild, (type(self), self.args, self.__dict__)
 
 
 class UserActionRequired(DestinationError):
@@ -75,3 +87,15 @@ class CommitConflict(DestinationError):
 
 class TableNotFound(UserActionRequired):
     """The table does not exist in the store."""
+
+
+def cause_text(exc: BaseException, limit: int = 4) -> str:
+    """The causes chained to `exc` (`raise … from`), `Type: first line` each and scrubbed, for the log line of the
+    error that ended a request."""
+    parts: list[str] = []
+    cause = exc.__cause__
+    while cause is not None and len(parts) < limit:
+        lines = str(cause).strip().splitlines()
+        parts.append(f"{type(cause).__name__}: {scrub(lines[0]) if lines else ''}"[:400])
+        cause = cause.__cause__
+    return "; caused by ".join(parts)

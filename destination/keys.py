@@ -4,7 +4,8 @@ A key token is a canonical string of a row's key, compared in the column's type:
 FLOAT through float32, DECIMAL at its fixed scale, timestamps as exact microseconds.
 Composite keys join length-prefixed parts so no value can imitate a separator.
 Buckets use pandas' stable SipHash (fixed key) of the token: the layout depends on
-it, so it must never change for an existing table (`_table.json` records the scheme).
+it, so it must never change for an existing table (`_table.json` records the bucket count).
+Shared: the merge tasks, the change files and the driver (a key change) all use it.
 """
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ import pyarrow.compute as pc
 from destination.table_model import ColumnDef
 from destination.type_mapping import arrow_type
 
-HASH_SCHEME = "siphash24-pandas-v1"
 NULL_TOKEN = "\x00"
 
 

@@ -1,94 +1,52 @@
-"""The configuration form and the frozen Settings parsed from a request's configuration."""
+"""The server's settings, read once when it starts: the `serve` command's options and its environment (README
+"Tuning"). The only module that reads the environment; every other module receives what it needs from here."""
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from destination.changes.settings import FORMATS, FULL, IMAGES, OFF
-from destination.errors import UserActionRequired
-from destination.protocol import common
-from destination.storage.base import StorageSpec
+from destination.storage.base import S3_RETRY_ATTEMPTS
 
-TEST_STORAGE = "storage"
-TEST_SPARK = "spark"
+DRIVER_MEMORY_ENV = "RECORDS_DESTINATION_DRIVER_MEMORY"
+SMALL_REQUEST_BYTES_ENV = "RECORDS_DESTINATION_SMALL_REQUEST_BYTES"
+SPARK_EVENT_LOG_ENV = "RECORDS_DESTINATION_SPARK_EVENT_LOG"
+HEALTH_INTERVAL_ENV = "RECORDS_DESTINATION_HEALTH_INTERVAL"
+GRACE_SECONDS_ENV = "RECORDS_DESTINATION_GRACE_SECONDS"
+S3_RETRY_ATTEMPTS_ENV = "RECORDS_DESTINATION_S3_RETRY_ATTEMPTS"
+AWS_ACCESS_KEY_ID_ENV, AWS_SECRET_ACCESS_KEY_ENV = "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"
+
+DRIVER_MEMORY = "1g"  # rows cross the JVM only as byte arrays: a small heap bounds the server's memory
+SMALL_REQUEST_BYTES = 16 << 20  # requests whose batch files (as sent) are at most this are decoded on the driver
+HEALTH_INTERVAL = 5.0  # seconds between health checks
+GRACE_SECONDS = 60.0  # how long in-flight calls may run after SIGTERM
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ServerOptions:
     root: str = "./data"
     batch_file_format: str = "csv"  # csv | parquet
     spark_master: str = "local[*]"
+    driver_memory: str = DRIVER_MEMORY  # the Spark driver's heap (local mode: the whole JVM)
+    spark_event_log: str | None = None  # a directory: Spark writes its event log there (bench/eventlog.py)
+    small_request_bytes: int = SMALL_REQUEST_BYTES  # 0: every request goes through Spark tasks
+    health_interval: float = HEALTH_INTERVAL  # seconds between health checks (kept within [0.1, 60])
+    grace_seconds: float = GRACE_SECONDS  # in-flight calls' time after SIGTERM
+    s3_retry_attempts: int = S3_RETRY_ATTEMPTS  # attempts per S3 call (StorageSpec carries it into tasks)
 
 
-def configuration_form() -> common.ConfigurationFormResponse:
-    text = common.TextField
-    fields = [
-        common.FormField(name="root", label="Root (local path or s3://bucket/prefix)", required=False,
-                         text_field=text.PlainText,
-                         description="Where tables are written. Empty: the server's --root."),
-        common.FormField(name="s3_endpoint", label="S3 endpoint", required=False, text_field=text.PlainText,
-                         description="For S3-compatible stores, e.g. http://127.0.0.1:8333. Empty: AWS."),
-        common.FormField(name="s3_region", label="S3 region", required=False, text_field=text.PlainText,
-                         default_value="us-east-1"),
-        common.FormField(name="aws_access_key_id", label="AWS access key id", required=False, text_field=text.PlainText),
-        common.FormField(name="aws_secret_access_key", label="AWS secret access key", required=False,
-                         text_field=text.Password),
-        common.FormField(name="changes", label="Change files", required=False, default_value=OFF,
-                         dropdown_field=common.DropdownField(dropdown_field=list(FORMATS)),
-                         description="Also write the rows each version inserted, updated and deleted under "
-                                     "<table>/changes/v<N>/: Arcion realtime CSV or JSON, or Parquet in the Delta "
-                                     "change data feed style."),
-        common.FormField(name="changes_image", label="Arcion images", required=False, default_value=FULL,
-                         dropdown_field=common.DropdownField(dropdown_field=list(IMAGES)),
-                         description="full: whole before and after rows; minimal: changed columns and the key, "
-                                     "as Arcion's realtime examples."),
-        common.FormField(name="changes_null_token", label="Arcion CSV null token", required=False,
-                         text_field=text.PlainText, default_value="NULL",
-                         description="Written unquoted for NULL; a string equal to it is always quoted."),
-        common.FormField(name="changes_include_header", label="Arcion CSV header row", required=False,
-                         toggle_field=common.ToggleField(), default_value="false"),
-        common.FormField(name="changes_emit_noop_updates", label="Keep no-op updates", required=False,
-                         toggle_field=common.ToggleField(), default_value="false",
-                         description="Also write updates that change nothing but _fivetran_synced."),
-    ]
-    tests = [common.ConfigurationTest(name=TEST_STORAGE, label="Writing, reading and deleting a probe object"),
-             common.ConfigurationTest(name=TEST_SPARK, label="Running a Spark job")]
-    return common.ConfigurationFormResponse(schema_selection_supported=False, table_selection_supported=False,
-                                            fields=fields, tests=tests)
+def server_options(*, root: str, batch_file_format: str, spark_master: str,
+                   environ: Mapping[str, str] = os.environ) -> ServerOptions:
+    """The command line's options with the tuning variables of the environment."""
+    return ServerOptions(root=root, batch_file_format=batch_file_format, spark_master=spark_master,
+                         driver_memory=environ.get(DRIVER_MEMORY_ENV) or DRIVER_MEMORY,
+                         spark_event_log=environ.get(SPARK_EVENT_LOG_ENV) or None,
+                         small_request_bytes=int(environ.get(SMALL_REQUEST_BYTES_ENV) or SMALL_REQUEST_BYTES),
+                         health_interval=float(environ.get(HEALTH_INTERVAL_ENV) or HEALTH_INTERVAL),
+                         grace_seconds=float(environ.get(GRACE_SECONDS_ENV) or GRACE_SECONDS),
+                         s3_retry_attempts=max(1, int(environ.get(S3_RETRY_ATTEMPTS_ENV) or S3_RETRY_ATTEMPTS)))
 
 
-def known_fields() -> list[str]:
-    return [f.name for f in configuration_form().fields]
-
-
-def unknown_fields_message(configuration: dict[str, str]) -> str | None:
-    """A warning naming the configuration's fields that the form does not know (a typo such as `rooot`), or None."""
-    known = known_fields()
-    unknown = sorted(set(configuration) - set(known))
-    if not unknown:
-        return None
-    return (f"configuration field(s) {', '.join(map(repr, unknown))} unknown and ignored; "
-            f"the known fields are {', '.join(known)}")
-
-
-def _looks_like_mistyped_s3(root: str) -> bool:
-    """`s3:/x`, `s3//x`, `S3://x`: never meant as a local folder named `s3:`."""
-    lowered = root.lower()
-    return not root.startswith("s3://") and (lowered.startswith("s3:") or lowered.startswith("s3//"))
-
-
-def storage_spec(configuration: dict[str, str], options: ServerOptions) -> StorageSpec:
-    root = (configuration.get("root") or "").strip() or options.root
-    if _looks_like_mistyped_s3(root):
-        raise UserActionRequired(f"root {root!r} looks like a mistyped S3 URL: write s3://bucket/prefix "
-                                 "(lower case, two slashes)")
-    if root.startswith("s3a://") or root.startswith("s3n://"):
-        raise UserActionRequired(f"root {root!r}: use the s3:// scheme")
-    if "://" in root and not root.startswith("s3://"):
-        raise UserActionRequired(f"root {root!r}: only local paths and s3://bucket/prefix are supported")
-    return StorageSpec(
-        root=root,
-        s3_endpoint=(configuration.get("s3_endpoint") or "").strip(),
-        s3_region=(configuration.get("s3_region") or "").strip(),
-        access_key_id=(configuration.get("aws_access_key_id") or "").strip(),
-        secret_access_key=configuration.get("aws_secret_access_key") or "",
-    )
+def s3_credentials(environ: Mapping[str, str] = os.environ) -> tuple[str, str]:
+    """(access key id, secret access key) for the commands that read a root without a server."""
+    return environ.get(AWS_ACCESS_KEY_ID_ENV, ""), environ.get(AWS_SECRET_ACCESS_KEY_ENV, "")

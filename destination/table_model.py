@@ -16,10 +16,6 @@ END = "_fivetran_end"
 ACTIVE = "_fivetran_active"
 DESTINATION_META = "_destination_meta"  # internal: per-row version + captured conversion failures
 
-FIVETRAN_TYPES = (
-    "BOOLEAN", "SHORT", "INT", "LONG", "DECIMAL", "FLOAT", "DOUBLE", "NAIVE_DATE", "NAIVE_DATETIME",
-    "UTC_DATETIME", "BINARY", "XML", "STRING", "JSON", "NAIVE_TIME",
-)
 DEFAULT_DECIMAL = (38, 10)
 MAX_DECIMAL_PRECISION = 76  # Arrow decimal256 / Parquet; beyond 38 digits Redshift and Spark cannot read it
 
@@ -43,7 +39,7 @@ class ColumnDef:
         return out
 
     @staticmethod
-    def from_json(data: dict[str, Any]) -> "ColumnDef":
+    def from_json(data: dict[str, Any]) -> ColumnDef:
         return ColumnDef(
             name=data["name"], type=data["type"], primary_key=bool(data.get("primary_key", False)),
             precision=data.get("precision"), scale=data.get("scale"),
@@ -94,7 +90,7 @@ class TableDef:
                 return c
         return None
 
-    def with_columns(self, columns: list[ColumnDef]) -> "TableDef":
+    def with_columns(self, columns: list[ColumnDef]) -> TableDef:
         return replace(self, columns=tuple(columns))
 
     def to_json(self) -> dict[str, Any]:
@@ -102,6 +98,6 @@ class TableDef:
                 "bucket_count": self.bucket_count}
 
     @staticmethod
-    def from_json(data: dict[str, Any]) -> "TableDef":
+    def from_json(data: dict[str, Any]) -> TableDef:
         return TableDef(name=data["name"], columns=tuple(ColumnDef.from_json(c) for c in data["columns"]),
                         bucket_count=int(data.get("bucket_count", 16)))

@@ -2,22 +2,20 @@
 from __future__ import annotations
 
 import decimal
-import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from destination import row_meta
 from destination.conversion import Failure, convert_column
+from destination.keys import key_tokens
 from destination.storage.base import open_storage
 from destination.table_model import DESTINATION_META, ColumnDef, TableDef
-from destination.table_store.datafiles import DataFile, align, read_data_file
+from destination.table_store.datafiles import align, read_data_file
 from destination.type_mapping import arrow_schema, arrow_type
-from destination.keys import key_tokens
-
-if TYPE_CHECKING:  # spark_jobs.tasks imports this module
-    from spark_jobs.tasks import JobContext
+from spark_jobs.contracts import CheckConversionUnit, ConversionCheck, JobContext
 
 
 def _as_text(values: pa.Array) -> pa.Array:
@@ -28,8 +26,8 @@ def _as_text(values: pa.Array) -> pa.Array:
 
 
 def convert_table(old: pa.Table, old_def: TableDef, new_def: TableDef, version: int,
-                  sources: dict[str, str] | None = None,
-                  constants: dict[str, str | None] | None = None) -> tuple[pa.Table, int]:
+                  sources: Mapping[str, str] | None = None,
+                  constants: Mapping[str, str | None] | None = None) -> tuple[pa.Table, int]:
     """Columns of new_def taken from old by name (or from `sources[name]`, for renames and copies);
     `constants[name]` sets every row to a text value converted to the column type (None: NULL);
     new columns are NULL; changed types are converted per value."""
@@ -62,16 +60,12 @@ def convert_table(old: pa.Table, old_def: TableDef, new_def: TableDef, version: 
         typed, col_failures = convert_column(_as_text(values), col)
         arrays.append(typed)
         failures.extend(col_failures)
-    meta = old.column(DESTINATION_META).combine_chunks() if DESTINATION_META in old.column_names else pa.nulls(old.num_rows, pa.string())
-    if failures:
-        per_row: dict[int, list[dict[str, str]]] = {}
-        for f in failures:
-            per_row.setdefault(f.row, []).append(f.to_json())
-        metas = meta.to_pylist()
-        for row, changes in per_row.items():
-            previous = json.loads(metas[row]) if metas[row] else {"changes": []}
-            metas[row] = json.dumps({"version": version, "changes": previous.get("changes", []) + changes})
-        meta = pa.array(metas, pa.string())
+    meta = old.column(DESTINATION_META).combine_chunks() if DESTINATION_META in old.column_names \
+        else pa.nulls(old.num_rows, pa.string())
+    by_row: dict[int, list[Failure]] = {}
+    for f in failures:
+        by_row.setdefault(f.row, []).append(f)
+    meta = row_meta.add_changes(meta, by_row, version=version)
     arrays.append(meta)
     return pa.Table.from_arrays(arrays, schema=schema), len(failures)
 
@@ -118,7 +112,7 @@ def _same_number(before: pa.Array, after: pa.Array) -> np.ndarray:
     and 1.23, rounded to a DECIMAL's scale, are not). Per value in Python: only for a checked column."""
     shown = after.cast(pa.string()).to_pylist()
     same = np.zeros(len(before), dtype=bool)
-    for row, (text, number) in enumerate(zip(before.to_pylist(), shown)):
+    for row, (text, number) in enumerate(zip(before.to_pylist(), shown, strict=True)):
         a, b = _number(text), _number(number)
         same[row] = a is not None and b is not None and (a == b or (a.is_nan() and b.is_nan()))
     return same
@@ -165,16 +159,15 @@ def colliding_keys(table: pa.Table, key_columns: list[ColumnDef]) -> tuple[int, 
     return int(pc.sum(repeated.field("counts")).as_py()), int(first)
 
 
-def check_conversion_task(ctx: JobContext, unit: dict[str, Any]) -> dict[str, Any]:
-    """unit: {file, old_table, columns}. Count the values of `columns` in one stored file that the change to
-    ctx.table_def would lose, with one row's key per column (spark_jobs.alter.lost_values). Writes nothing."""
+def check_conversion_task(ctx: JobContext, unit: CheckConversionUnit) -> ConversionCheck:
+    """Count the values of the unit's columns in one stored file that the change to ctx.table would lose, with
+    one row's key per column (lost_values). Writes nothing."""
     storage = open_storage(ctx.storage)
-    f = DataFile.from_json(unit["file"])
-    old_def = TableDef.from_json(unit["old_table"])
+    old_def = unit.old_table
     keys = old_def.key_columns
-    needed = list(dict.fromkeys([*unit["columns"], *keys]))
-    old = align(read_data_file(storage, ctx.base_dir or "", f.name, needed), old_def.with_columns(
+    needed = list(dict.fromkeys([*unit.columns, *keys]))
+    old = align(read_data_file(storage, ctx.read_dir, unit.file.name, needed), old_def.with_columns(
         [c for c in old_def.columns if c.name in needed]))
-    lost = lost_values(old, old_def, ctx.table_def, unit["columns"])
-    return {"lost": {name: count for name, (count, _row) in lost.items()},
-            "example": {name: key_text(old, row, keys) for name, (_count, row) in lost.items()}}
+    lost = lost_values(old, old_def, ctx.table, list(unit.columns))
+    return ConversionCheck(lost={name: count for name, (count, _row) in lost.items()},
+                           example={name: key_text(old, row, keys) for name, (_count, row) in lost.items()})

@@ -4,7 +4,7 @@ A history table keeps every version of a row; the entity key is the primary key
 without `_fivetran_start` (spark_jobs.merge.key_columns). One request applies, in
 this order (fivetran-protocol §5 WriteHistoryBatch, §10.2, §10.4, §10.9):
 
-1. earliest (OP=EARLIEST, one row per key with the request's smallest start s):
+1. earliest (OP=OP_EARLIEST, one row per key with the request's smallest start s):
    versions of the key with start >= s are removed; a remaining version still open at
    s (the active one, or one whose end reaches s) is closed at s - 1 ms.
 2. replace and update rows together, per key in `_fivetran_start` order: each becomes
@@ -29,11 +29,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from destination import row_meta
+from destination.keys import key_tokens, run_start_index, run_starts
 from destination.table_model import ACTIVE, DESTINATION_META, END, START, SYNCED, TableDef
 from destination.type_mapping import arrow_schema
-from destination.keys import key_tokens, run_start_index, run_starts
-from spark_jobs.merge import (CHANGES, DELETE, EARLIEST, KEY, OP, REPLACE, SEQ, UNMOD, UPDATE, MergeCounts,
-                              MergeResult, key_columns, meta_column, occurrence)
+from spark_jobs.merge import MergeCounts, MergeResult, key_columns, occurrence
+from spark_jobs.operations import CHANGES, KEY, OP, OP_DELETE, OP_EARLIEST, OP_REPLACE, OP_UPDATE, SEQ, UNMOD
 
 TMAX_US = 253402300799999000  # 9999-12-31T23:59:59.999Z, the end of an active version
 ONE_MS_US = 1000
@@ -69,9 +70,7 @@ def restamp(table: pa.Table, mask: np.ndarray, version: int) -> pa.Table:
     if not mask.any():
         return table
     meta = table.column(DESTINATION_META).combine_chunks()
-    restamped = pc.replace_substring_regex(pc.fill_null(meta, '{"version": 0, "changes": []}'),
-                                           pattern=r'^\{"version": -?\d+', replacement=f'{{"version": {version}')
-    return set_column(table, DESTINATION_META, pc.if_else(pa.array(mask), restamped, meta))
+    return set_column(table, DESTINATION_META, row_meta.restamp(meta, mask, version))
 
 
 class _Bucket:
@@ -159,21 +158,21 @@ class _Bucket:
         combined = combined.take(order)
         keys = pc.take(keys, order)
         origin, seq = origin[order.to_numpy()], seq[order.to_numpy()]
-        ops = np.concatenate([np.full(n_prior, REPLACE, dtype=np.int8), _np(rows, OP)])[order.to_numpy()]
+        ops = np.concatenate([np.full(n_prior, OP_REPLACE, dtype=np.int8), _np(rows, OP)])[order.to_numpy()]
         changes = pa.concat_arrays([pa.nulls(n_prior, pa.string()), _col(rows, CHANGES)]).take(order)
         n = combined.num_rows
         idx = np.arange(n)
         group_start = run_start_index(keys)
-        full = ops == REPLACE  # stored versions and replace rows carry every column
+        full = ops == OP_REPLACE  # stored versions and replace rows carry every column
         has_earlier = np.maximum.accumulate(np.where(full, idx, -1)) >= group_start
         is_new = origin == 1
-        dropped = is_new & (ops == UPDATE) & ~has_earlier
+        dropped = is_new & (ops == OP_UPDATE) & ~has_earlier
         self.counts.ignored += int(dropped.sum())
         filled = []
         for name in names:
             unmod = np.concatenate([np.zeros(n_prior, dtype=bool),
                                     _np(rows, UNMOD + name)])[order.to_numpy()]
-            source = np.maximum.accumulate(np.where(unmod & (ops == UPDATE), -1, idx))
+            source = np.maximum.accumulate(np.where(unmod & (ops == OP_UPDATE), -1, idx))
             filled.append(combined.column(name).combine_chunks().take(pa.array(np.maximum(source, 0))))
         combined = pa.Table.from_arrays(filled, names=names)
         # a later row with the same (key, start) wins, stored or new; the last of each run survives
@@ -184,7 +183,7 @@ class _Bucket:
         superseded_prior = ~is_new & same_next  # stored versions replaced by a request row of the same start
         new_rows = combined.filter(pa.array(survivors))
         new_rows = _fill_open_versions(new_rows)
-        meta = meta_column(self.version, changes.filter(pa.array(survivors)))
+        meta = row_meta.column(self.version, changes.filter(pa.array(survivors)))
         new_rows = new_rows.append_column(DESTINATION_META, meta).append_column(_ROW, pa.nulls(new_rows.num_rows, pa.int64()))
         # stored rows in `prior` sorted the same way: find their positions in state to drop the superseded ones
         sorted_prior = pc.take(pa.concat_arrays([_col(prior, _ROW), pa.nulls(n_new, pa.int64())]), order)
@@ -202,11 +201,11 @@ class _Bucket:
     def _first_versions(self, rows: pa.Table, names: list[str]) -> pa.Array:
         """The general rules for keys with no stored version and one row each (an initial load): a replace row
         is the key's first version; an update row has no version before it and inserts nothing."""
-        is_replace = pc.equal(_col(rows, OP), REPLACE)
+        is_replace = pc.equal(_col(rows, OP), OP_REPLACE)
         self.counts.ignored += rows.num_rows - (pc.sum(is_replace).as_py() or 0)
         rows = rows.filter(is_replace)
         new_rows = _fill_open_versions(rows.select(names))
-        new_rows = new_rows.append_column(DESTINATION_META, meta_column(self.version, _col(rows, CHANGES))) \
+        new_rows = new_rows.append_column(DESTINATION_META, row_meta.column(self.version, _col(rows, CHANGES))) \
             .append_column(_ROW, pa.nulls(new_rows.num_rows, pa.int64()))
         self.counts.inserted += new_rows.num_rows
         self.state = pa.concat_tables([self.state, new_rows.select(self.state.column_names).cast(self.state.schema)])
@@ -289,10 +288,10 @@ def merge_history_bucket(stored: pa.Table, ops: pa.Table, table_def: TableDef, v
     involved, untouched = _split_by_keys(stored, ops, table_def)
     bucket = _Bucket(involved, table_def, version)
     op = ops.column(OP)
-    bucket.earliest(ops.filter(pc.equal(op, EARLIEST)))
-    touched = bucket.insert(ops.filter(pc.or_(pc.equal(op, REPLACE), pc.equal(op, UPDATE))))
+    bucket.earliest(ops.filter(pc.equal(op, OP_EARLIEST)))
+    touched = bucket.insert(ops.filter(pc.or_(pc.equal(op, OP_REPLACE), pc.equal(op, OP_UPDATE))))
     bucket.chain(touched)
-    bucket.delete(ops.filter(pc.equal(op, DELETE)))
+    bucket.delete(ops.filter(pc.equal(op, OP_DELETE)))
     result = bucket.result(track_changes)
     if not untouched.num_rows:
         return result

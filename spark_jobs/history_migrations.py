@@ -7,16 +7,15 @@ are row-local and run per file.
 """
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from destination import row_meta
 from destination.conversion import Failure
+from destination.keys import key_tokens, run_starts
 from destination.table_model import ACTIVE, DESTINATION_META, END, START, TableDef
 from spark_jobs.history import ONE_MS_US, TMAX_US, micros, restamp, set_column, timestamps
-from destination.keys import key_tokens, run_starts
 from spark_jobs.merge import key_columns
 
 MIN_US = -62135596800000000  # 0001-01-01T00:00:00Z: start and end of a row that was already deleted
@@ -52,13 +51,11 @@ def version_at(table: pa.Table, column: str, value: pa.Array, failure: Failure |
 
 
 def _with_change(table: pa.Table, mask: np.ndarray, failure: Failure) -> pa.Table:
-    """Record a value that did not convert (stored as NULL) in `_destination_meta` of the masked rows."""
-    metas = table.column(DESTINATION_META).to_pylist()
-    for i in np.flatnonzero(mask):
-        meta = json.loads(metas[i]) if metas[i] else {"version": 0, "changes": []}
-        meta["changes"] = [c for c in meta.get("changes", []) if c.get("field") != failure.field] + [failure.to_json()]
-        metas[i] = json.dumps(meta)
-    return set_column(table, DESTINATION_META, pa.array(metas, pa.string()))
+    """Record a value that did not convert (stored as NULL) in `_destination_meta` of the masked rows (once per
+    field: a retry records it again in place)."""
+    meta = table.column(DESTINATION_META).combine_chunks()
+    changes = {int(i): [failure] for i in np.flatnonzero(mask)}
+    return set_column(table, DESTINATION_META, row_meta.add_changes(meta, changes, version=None, replace_field=True))
 
 
 def to_history(table: pa.Table, deleted: np.ndarray, start_us: int) -> pa.Table:

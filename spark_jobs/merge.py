@@ -1,32 +1,24 @@
-"""The per-bucket merge, pure Arrow: apply one request's operations to a bucket's stored rows.
+"""The per-bucket merge, pure Arrow: apply one request's operations (spark_jobs.operations) to a bucket's stored
+rows.
 
-Operations carry `OP` (replace=0, update=1, delete=2) and `SEQ` (request order:
-replace files, then update files, then delete files, rows in file order). Rows
-repeating a key apply in that order: they are split into rounds (1st occurrence of
-each key, 2nd, …); within a round keys are unique so each round is vectorized.
-A column flagged unmodified (`UNMOD + name`) keeps the stored value (NULL for a new row).
+Operations apply in `SEQ` order (replace files, then update files, then delete files, rows in file order). Rows
+repeating a key are split into rounds (1st occurrence of each key, 2nd, …); within a round keys are unique so
+each round is vectorized. A column flagged unmodified (`UNMOD + name`) keeps the stored value (NULL for a new
+row).
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from destination import row_meta
+from destination.keys import key_tokens, run_start_index
 from destination.table_model import DESTINATION_META, ColumnDef, TableDef
 from destination.type_mapping import arrow_schema
-from destination.keys import key_tokens, run_start_index
-
-OP = "\x00op"
-SEQ = "\x00seq"
-KEY = "\x00key"
-HASH = "\x00hash"  # 64-bit hash of KEY (spark_jobs.keys.key_hashes)
-BUCKET = "\x00bucket"
-CHANGES = "\x00changes"
-UNMOD = "\x00unmod:"
-REPLACE, UPDATE, DELETE, EARLIEST = 0, 1, 2, 3  # EARLIEST: a history table's earliest-start row
+from spark_jobs.operations import CHANGES, KEY, OP, OP_DELETE, OP_REPLACE, OP_UPDATE, SEQ, UNMOD
 
 
 @dataclass
@@ -36,7 +28,7 @@ class MergeCounts:
     deleted: int = 0
     ignored: int = 0  # updates/deletes of keys that do not exist
 
-    def add(self, other: "MergeCounts") -> None:
+    def add(self, other: MergeCounts) -> None:
         self.inserted += other.inserted
         self.updated += other.updated
         self.deleted += other.deleted
@@ -73,24 +65,15 @@ def occurrence(keys: pa.Array, seq: pa.Array) -> np.ndarray:
     return out
 
 
-def meta_column(version: int, changes: pa.Array) -> pa.Array:
-    """`_destination_meta` of rows written by `version`, with each row's captured conversion failures."""
-    plain = json.dumps({"version": version, "changes": []})
-    if changes.null_count == len(changes):
-        return pa.array([plain], pa.string()).take(pa.array(np.zeros(len(changes), dtype=np.int32)))
-    return pa.array([plain if c is None else f'{{"version": {version}, "changes": {c}}}' for c in changes.to_pylist()],
-                    pa.string())
-
-
 def _apply_round(state: pa.Table, state_keys: pa.Array, ops: pa.Table, table_def: TableDef, version: int,
                  counts: MergeCounts) -> tuple[pa.Table, pa.Array]:
     op = ops.column(OP).combine_chunks()
     op_keys = ops.column(KEY).combine_chunks()
     idx = pc.index_in(op_keys, value_set=state_keys) if len(state_keys) else pa.nulls(len(op_keys), pa.int32())
     exists = pc.is_valid(idx)
-    is_replace = pc.equal(op, REPLACE)
-    is_update = pc.equal(op, UPDATE)
-    is_delete = pc.equal(op, DELETE)
+    is_replace = pc.equal(op, OP_REPLACE)
+    is_update = pc.equal(op, OP_UPDATE)
+    is_delete = pc.equal(op, OP_DELETE)
     writes = pc.or_(is_replace, pc.and_(is_update, exists))
     counts.inserted += pc.sum(pc.and_(is_replace, pc.invert(exists))).as_py() or 0
     counts.updated += pc.sum(pc.and_(pc.or_(is_replace, is_update), exists)).as_py() or 0
@@ -104,7 +87,7 @@ def _apply_round(state: pa.Table, state_keys: pa.Array, ops: pa.Table, table_def
     arrays = []
     for f in schema:
         if f.name == DESTINATION_META:
-            arrays.append(meta_column(version, new_ops.column(CHANGES).combine_chunks()))
+            arrays.append(row_meta.column(version, new_ops.column(CHANGES).combine_chunks()))
             continue
         # operations carry every column and its unmodified flag (ops_builder): a flagged value keeps the stored one
         incoming = new_ops.column(f.name).combine_chunks()

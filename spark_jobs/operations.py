@@ -1,63 +1,50 @@
-"""Batch files → operations (the merge jobs' input), one file at a time, in the Spark task that decodes it.
+"""The operations schema and its builders: what a merge takes as input, built from batch files (in the task that
+decodes them, or on the driver for a small request) or from stored rows (a key change).
 
-Rows are numbered in request order: (history tables: earliest-start files first,)
-replace files, then update files, then delete files, each in list order and rows
-in file order (fivetran-protocol §10.1, §10.2): SEQ = file position << 40 | row in file.
-A column missing from a file, or holding the unmodified marker, is flagged
-unmodified: it keeps the stored value (NULL for a new row).
-
-The driver only plans a request (`plan_batch`: the files in order and the request's digest,
-which identifies a retried request); `file_operations` decodes one file into operations
-with their key token and bucket, and `bucket_chunks` splits them into per-bucket Arrow IPC
-chunks that Spark shuffles to the bucket's merge task.
+An operation is a row of the table's columns plus:
+- `OP`: what to do (OP_REPLACE, OP_UPDATE, OP_DELETE, or OP_EARLIEST for a history table's earliest-start row);
+- `SEQ`: request order, file position << ROW_BITS | row within the file. Rows are numbered (history tables:
+  earliest-start files first,) replace files, then update files, then delete files, each in list order and rows
+  in file order (fivetran-protocol §10.1, §10.2);
+- `CHANGES`: the row's values that did not convert, as JSON (destination.row_meta), or NULL;
+- `UNMOD + column`: the column is unmodified (missing from the file, or holding the unmodified marker) and keeps
+  the stored value (NULL for a new row);
+- `KEY`, `HASH`, `BUCKET`: the row's key token, its 64-bit hash and its bucket (destination.keys).
+Operations travel to a bucket's merge task as Arrow IPC chunks, one per bucket (`bucket_chunks`).
 """
 from __future__ import annotations
 
-import hashlib
-import os
+import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from destination import row_meta
 from destination.batch.reader import DecodedBatch, FileFormat, iter_batch_file
-from destination.conversion import Failure, FailureKey, changes_column, count_by_column
+from destination.conversion import Failure, FailureKey, count_by_column
 from destination.errors import BadBatchFile
+from destination.keys import buckets_of, key_hashes, key_tokens
 from destination.table_model import START, TableDef
 from destination.type_mapping import arrow_type
-from destination.keys import buckets_of, key_hashes, key_tokens
-from spark_jobs.merge import BUCKET, CHANGES, DELETE, EARLIEST, HASH, KEY, OP, REPLACE, SEQ, UNMOD, UPDATE, key_columns
+from spark_jobs.contracts import BatchFileRef
 
-KINDS = (("earliest", EARLIEST), ("replace", REPLACE), ("update", UPDATE), ("delete", DELETE))
+OP = "\x00op"
+SEQ = "\x00seq"
+KEY = "\x00key"
+HASH = "\x00hash"  # 64-bit hash of KEY (destination.keys.key_hashes)
+BUCKET = "\x00bucket"
+CHANGES = "\x00changes"
+UNMOD = "\x00unmod:"
+OP_REPLACE, OP_UPDATE, OP_DELETE, OP_EARLIEST = 0, 1, 2, 3  # the values of OP
+OP_OF_FILE_KIND = {"earliest": OP_EARLIEST, "replace": OP_REPLACE, "update": OP_UPDATE, "delete": OP_DELETE}
 ROW_BITS = 40  # SEQ = file position << ROW_BITS | row within the file
-READ_SIZE = 1 << 20
-
-
-@dataclass(frozen=True)
-class BatchFileRef:
-    kind: str  # earliest | replace | update | delete
-    path: str
-    key: bytes | None
-    position: int  # in request order
-    data: bytes | None = None  # the file's bytes, for executors that cannot read the server's disk
-
-    @property
-    def op(self) -> int:
-        return dict(KINDS)[self.kind]
-
-
-@dataclass
-class BatchPlan:
-    files: list[BatchFileRef]
-    fmt: FileFormat
-    batch_id: str  # digest of every file's bytes and role: identifies a retried request
-    total_bytes: int = 0  # the files as sent (compressed, encrypted)
 
 
 @dataclass
 class FileOperations:
-    """One file's operations: typed columns + OP, SEQ, CHANGES, UNMOD flags, KEY, BUCKET."""
+    """One file's operations (in blocks, as decoded), its row count and its values that did not convert."""
 
     parts: list[pa.Table] = field(default_factory=list)
     rows: int = 0
@@ -69,34 +56,7 @@ class FileOperations:
         return bucket_chunks(pa.concat_tables(self.parts)) if self.parts else []
 
 
-def plan_batch(files: dict[str, list[str]], keys: dict[str, bytes], fmt: FileFormat,
-               ship_bytes: bool = False) -> BatchPlan:
-    """The request's files in order, and its digest (over the files' raw bytes: no decryption needed).
-    With `ship_bytes` the files' bytes travel with the plan (Spark executors on other machines)."""
-    digest = hashlib.sha256()
-    refs: list[BatchFileRef] = []
-    total = 0
-    for kind, _op in KINDS:
-        for path in files.get(kind, []):
-            digest.update(f"{kind}\x00{os.path.basename(path)}\x00".encode())
-            try:
-                total += os.path.getsize(path)
-                with open(path, "rb") as fh:
-                    data = fh.read() if ship_bytes else None
-                    if data is not None:
-                        digest.update(data)
-                    else:
-                        while chunk := fh.read(READ_SIZE):
-                            digest.update(chunk)
-            except FileNotFoundError:
-                raise BadBatchFile(path, "file not found") from None
-            except OSError as exc:
-                raise BadBatchFile(path, f"cannot open: {exc.strerror}") from None
-            refs.append(BatchFileRef(kind, path, keys.get(path), len(refs), data))
-    return BatchPlan(refs, fmt, digest.hexdigest(), total)
-
-
-def _block_to_ops(block: DecodedBatch, table_def: TableDef, op: int, seq_start: int) -> pa.Table:
+def _block_operations(block: DecodedBatch, table_def: TableDef, op: int, seq_start: int) -> pa.Table:
     n = block.table.num_rows
     arrays: list[pa.Array] = []
     names: list[str] = []
@@ -104,7 +64,7 @@ def _block_to_ops(block: DecodedBatch, table_def: TableDef, op: int, seq_start: 
     every, none = pa.array(np.ones(n, dtype=bool)), pa.array(np.zeros(n, dtype=bool))  # shared: arrays are immutable
     for col in table_def.columns:
         names.append(col.name)
-        present = col.name in block.table.column_names and op != DELETE
+        present = col.name in block.table.column_names and op != OP_DELETE
         if col.name in block.table.column_names:
             arrays.append(block.table.column(col.name).combine_chunks())
         else:
@@ -116,14 +76,27 @@ def _block_to_ops(block: DecodedBatch, table_def: TableDef, op: int, seq_start: 
         else:
             flags.append(none)
     arrays += [pa.array(np.full(n, op, dtype=np.int8)), pa.array(np.arange(seq_start, seq_start + n, dtype=np.int64)),
-               changes_column(block.failures, n), *flags]
+               row_meta.changes_json(block.failures, n), *flags]
     names += [OP, SEQ, CHANGES, *(UNMOD + c.name for c in table_def.columns)]
     return pa.Table.from_arrays(arrays, names=names)
 
 
+def replace_operations(stored: pa.Table, table_def: TableDef) -> pa.Table:
+    """Stored rows (already in `table_def`) as replace operations of every column, in row order: a key change
+    re-buckets a table by merging its rows into an empty one."""
+    n = stored.num_rows
+    ops = stored.select([c.name for c in table_def.columns])
+    ops = ops.append_column(OP, pa.array(np.full(n, OP_REPLACE, dtype=np.int8)))
+    ops = ops.append_column(SEQ, pa.array(np.arange(n, dtype=np.int64)))
+    ops = ops.append_column(CHANGES, pa.nulls(n, pa.string()))
+    for c in table_def.columns:
+        ops = ops.append_column(UNMOD + c.name, pa.array(np.zeros(n, dtype=bool)))
+    return with_keys(ops, table_def)
+
+
 def with_keys(ops: pa.Table, table_def: TableDef) -> pa.Table:
     """Append each operation's key token, key hash and bucket (history tables: the key without `_fivetran_start`)."""
-    tokens = key_tokens(ops, key_columns(table_def)) if ops.num_rows else pa.array([], pa.string())
+    tokens = key_tokens(ops, table_def.entity_key) if ops.num_rows else pa.array([], pa.string())
     hashes = key_hashes(tokens)
     return (ops.append_column(KEY, tokens).append_column(HASH, pa.array(hashes, pa.uint64()))
             .append_column(BUCKET, pa.array(buckets_of(hashes, table_def.bucket_count))))
@@ -131,8 +104,9 @@ def with_keys(ops: pa.Table, table_def: TableDef) -> pa.Table:
 
 def file_operations(table_def: TableDef, ref: BatchFileRef, fmt: FileFormat) -> FileOperations:
     """Decode one batch file into operations; raises BadBatchFile naming the file and the cause."""
-    required = [c.name for c in key_columns(table_def)]
-    if table_def.is_history and ref.op != DELETE:
+    op = OP_OF_FILE_KIND[ref.kind]
+    required = [c.name for c in table_def.entity_key]
+    if table_def.is_history and op != OP_DELETE:
         required.append(START)  # a version's start is its identity; a delete closes whatever is active
     out = FileOperations()
     failures: list[Failure] = []
@@ -142,8 +116,8 @@ def file_operations(table_def: TableDef, ref: BatchFileRef, fmt: FileFormat) -> 
         missing_key = [c for c in required if block.table.column(c).null_count]
         if missing_key:
             raise BadBatchFile(ref.path, f"NULL or unconvertible value in key column(s) {missing_key}")
-        out.parts.append(with_keys(_block_to_ops(block, table_def, ref.op, (ref.position << ROW_BITS) + out.rows),
-                                   table_def))
+        seq_start = (ref.position << ROW_BITS) + out.rows
+        out.parts.append(with_keys(_block_operations(block, table_def, op, seq_start), table_def))
         out.rows += block.table.num_rows
         failures.extend(block.failures)
     out.failures_by_column = count_by_column(failures)
@@ -158,7 +132,7 @@ def split_by_bucket(ops: pa.Table) -> list[tuple[int, pa.Table]]:
     order = np.argsort(ids, kind="stable")
     ops, ids = ops.take(pa.array(order)), ids[order]
     starts = np.concatenate([[0], np.flatnonzero(np.diff(ids)) + 1, [len(ids)]])
-    return [(int(ids[s]), ops.slice(int(s), int(e - s))) for s, e in zip(starts[:-1], starts[1:])]
+    return [(int(ids[s]), ops.slice(int(s), int(e - s))) for s, e in itertools.pairwise(starts)]
 
 
 def bucket_chunks(ops: pa.Table) -> list[tuple[int, bytes]]:

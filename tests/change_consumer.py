@@ -169,7 +169,7 @@ def _csv(replica: Replica, text: str, about: dict[str, Any], snapshot: bool) -> 
     for fields in rows:
         if snapshot:
             assert len(fields) == len(replica.columns)
-            replica.insert({n: parse(v, types[n]) for (n, _), v in zip(replica.columns, fields)})
+            replica.insert({n: parse(v, types[n]) for (n, _), v in zip(replica.columns, fields, strict=True)})
             continue
         op, old, new, exists = _triplets(replica, fields)
         _check_meta(fields[-2], fields[-1])

@@ -3,12 +3,15 @@ tests that touch storage run on both backends (local directory and S3)."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
-from typing import Iterator
+from typing import Any
 
 import grpc
 import pytest
 
+from destination.rpc.service import DestinationService
 from destination.settings import ServerOptions
 from destination.storage.base import Storage, StorageSpec, open_storage
 from destination.table_store.store import Retention, TableStore
@@ -64,20 +67,44 @@ def store(storage: Storage) -> TableStore:
 
 
 @pytest.fixture(scope="session")
-def grpc_server(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:  # type: ignore[no-untyped-def]
-    """A real server on a loopback socket (in this process, sharing the test Spark session)."""
+def grpc_endpoint(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, DestinationService]]:  # type: ignore[no-untyped-def]
+    """A real server on a loopback socket (in this process, sharing the test Spark session), and its servicer."""
     from destination.rpc.server import build_server
     from tests.s3server import free_port
 
     root = tmp_path_factory.mktemp("server-root")
     port = free_port()
-    server, health, _service, bound = build_server(ServerOptions(root=str(root), spark_master="local[2]"), port)
+    server, health, service, bound = build_server(ServerOptions(root=str(root), spark_master="local[2]"), port)
     server.start()
     from grpc_health.v1 import health_pb2
 
     health.set("", health_pb2.HealthCheckResponse.SERVING)
-    yield f"127.0.0.1:{bound}"
+    yield f"127.0.0.1:{bound}", service
     server.stop(5).wait()
+
+
+@pytest.fixture(scope="session")
+def grpc_server(grpc_endpoint: tuple[str, DestinationService]) -> str:
+    return grpc_endpoint[0]
+
+
+@pytest.fixture
+def server_options(grpc_endpoint: tuple[str, DestinationService],
+                   monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+    """Change the in-process server's options for one test: the server reads its settings (the environment
+    included) once when it starts, so setting a variable while it runs has no effect."""
+    service = grpc_endpoint[1]
+
+    def change(**changes: Any) -> None:
+        monkeypatch.setattr(service, "options", replace(service.options, **changes))
+    return change
+
+
+@pytest.fixture
+def through_spark_tasks(grpc_endpoint: tuple[str, DestinationService], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The in-process server decodes every request's files in Spark tasks (small_request_bytes 0), for one test."""
+    service = grpc_endpoint[1]
+    monkeypatch.setattr(service, "options", replace(service.options, small_request_bytes=0))
 
 
 @pytest.fixture(scope="session")
@@ -88,13 +115,25 @@ def stub(grpc_server: str):  # type: ignore[no-untyped-def]
     return sdk_grpc.DestinationConnectorStub(channel)
 
 
+SERVER_FIXTURES = ("stub", "grpc_server", "grpc_endpoint", "server_process")  # a server called over a socket
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark what needs Spark (the session, the in-process server, a server process) or S3 (the SeaweedFS server, the s3 backend), so
-    that `-m "not spark and not s3"` selects the quick tests."""
+    """Mark each test by what it needs: Spark (the session, the in-process server, a server process), S3 (the
+    SeaweedFS server, the s3 backend); and by tier: `e2e` (a server called over a socket), `integration` (real Spark
+    or S3, no server), `unit` (neither). `-m unit` (the same as `-m "not spark and not s3"`) selects the quick tests."""
     for item in items:
         names = getattr(item, "fixturenames", ())
         params = getattr(getattr(item, "callspec", None), "params", {})
-        if "spark" in names or "server_process" in names:  # server_process: a `serve` subprocess, Spark inside
+        spark = "spark" in names or "server_process" in names  # server_process: a `serve` subprocess, Spark inside
+        s3 = "s3_server" in names or params.get("configuration") == "s3"
+        if spark:
             item.add_marker(pytest.mark.spark)
-        if "s3_server" in names or params.get("configuration") == "s3":
+        if s3:
             item.add_marker(pytest.mark.s3)
+        if any(name in names for name in SERVER_FIXTURES):
+            item.add_marker(pytest.mark.e2e)
+        elif spark or s3:
+            item.add_marker(pytest.mark.integration)
+        else:
+            item.add_marker(pytest.mark.unit)

@@ -273,7 +273,7 @@ def canon(value: Any, ftype: Any) -> Any:
         return value if isinstance(value, dt.date) else dt.date.fromisoformat(str(value)[:10])
     if t in ("UTC_DATETIME", "NAIVE_DATETIME"):
         if isinstance(value, dt.datetime):
-            return value.astimezone(dt.timezone.utc).replace(tzinfo=None) if value.tzinfo else value
+            return value.astimezone(dt.UTC).replace(tzinfo=None) if value.tzinfo else value
         text = str(value).replace("Z", "+00:00")
         if "." in text:
             head, frac = text.split(".", 1)
@@ -281,7 +281,7 @@ def canon(value: Any, ftype: Any) -> Any:
             rest = frac[len(digits):]
             text = f"{head}.{digits[:6]}{rest}"
         parsed = dt.datetime.fromisoformat(text)
-        return parsed.astimezone(dt.timezone.utc).replace(tzinfo=None) if parsed.tzinfo else parsed
+        return parsed.astimezone(dt.UTC).replace(tzinfo=None) if parsed.tzinfo else parsed
     if t == "NAIVE_TIME":
         return value if isinstance(value, dt.time) else dt.time.fromisoformat(str(value))
     if t == "BINARY":
@@ -325,7 +325,7 @@ def history_violations(rows: list[dict[str, Any]], key: list[str]) -> list[str]:
     return problems
 
 
-# ---- key buckets, computed independently of spark_jobs/keys.py -------------------------------------------------
+# ---- key buckets, computed independently of destination/keys.py -------------------------------------------------
 
 _MASK64 = (1 << 64) - 1
 PANDAS_HASH_KEY = b"0123456789123456"  # pandas.util.hash_array's default key, which the bucket scheme fixes

@@ -5,11 +5,11 @@ from typing import Any
 
 import pyarrow as pa
 
+from destination.commands.validator import validate_version
 from destination.protocol import common, sdk
 from destination.storage.base import open_storage
 from destination.table_store.datafiles import align, read_data_file
 from destination.table_store.store import TableStore
-from destination.commands.validator import validate_version
 from tests.conftest import spec_of
 
 

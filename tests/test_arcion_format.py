@@ -10,8 +10,16 @@ from typing import Any
 
 import pyarrow as pa
 
-from destination.changes.arcion import (RealtimeRows, full_exists, java_objects_hash, minimal_images, realtime_csv,
-                                        realtime_header, realtime_json, table_name)
+from destination.changes.arcion import (
+    RealtimeRows,
+    full_exists,
+    java_objects_hash,
+    minimal_images,
+    realtime_csv,
+    realtime_header,
+    realtime_json,
+    table_name,
+)
 from destination.table_model import ColumnDef
 from destination.type_mapping import arrow_type
 from tests.change_consumer import parse, tokenize
@@ -75,7 +83,7 @@ ALL_TYPES = [ColumnDef("id", "INT", True), ColumnDef("s", "STRING"), ColumnDef("
              ColumnDef("d", "DECIMAL", False, 38, 10), ColumnDef("f", "FLOAT"), ColumnDef("x", "DOUBLE"),
              ColumnDef("ts", "UTC_DATETIME"), ColumnDef("nd", "NAIVE_DATETIME"), ColumnDef("day", "NAIVE_DATE"),
              ColumnDef("t", "NAIVE_TIME"), ColumnDef("flag", "BOOLEAN"), ColumnDef("n", "LONG")]
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def test_a_consumer_replays_full_images_of_every_type_exactly() -> None:

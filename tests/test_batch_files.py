@@ -20,7 +20,7 @@ from destination.table_model import ColumnDef
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING
 from tests.batchfiles import FMT, PLAIN, write_csv, write_parquet
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 COLUMNS = [
     ColumnDef("id", "INT", True), ColumnDef("b", "BOOLEAN"), ColumnDef("s16", "SHORT"), ColumnDef("i64", "LONG"),
     ColumnDef("dec", "DECIMAL", precision=38, scale=10), ColumnDef("f32", "FLOAT"), ColumnDef("f64", "DOUBLE"),
@@ -160,7 +160,7 @@ def test_corrupt_zstd_is_a_clear_error(tmp_path: Path) -> None:
 
     path = tmp_path / "corrupt.csv.zstd.aes"
     path.write_bytes(seal_raw(b"\x28\xb5\x2f\xfd" + os.urandom(200), KEY))
-    with pytest.raises(BadBatchFile, match="corrupt.csv.zstd.aes"):
+    with pytest.raises(BadBatchFile, match=r"corrupt\.csv\.zstd\.aes"):
         decode(path)
 
 

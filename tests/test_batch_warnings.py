@@ -2,6 +2,7 @@
 values stored as NULL (per column, with the count and the reason, never the values)."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,7 @@ def test_a_file_declared_compressed_but_plain_is_read_with_a_warning(stub, confi
 
 
 def test_values_that_did_not_convert_are_one_warning_per_column_with_count_and_reason(  # type: ignore[no-untyped-def]
-        stub, configuration, tmp_path: Path, capsys, monkeypatch) -> None:
+        stub, grpc_endpoint, configuration, tmp_path: Path, capsys, monkeypatch) -> None:
     t = table("t", [("id", "INT", True), ("n", "INT"), ("b", "BINARY"), ("v", "STRING"), *SYS])
     create(stub, configuration, "nulled", t)
     synced = {"_fivetran_synced": "2024-01-01T00:00:00Z", "_fivetran_deleted": "false"}
@@ -42,8 +43,9 @@ def test_values_that_did_not_convert_are_one_warning_per_column_with_count_and_r
             {"id": "3", "n": "7", "b": "AQI=", "v": "z", **synced}]
     capsys.readouterr()
     # into the empty table (Spark load tasks), a merge decoded on the driver, a merge decoded in Spark map tasks
-    for small_request_bytes in ("16777216", "16777216", "0"):
-        monkeypatch.setenv("RECORDS_DESTINATION_SMALL_REQUEST_BYTES", small_request_bytes)
+    service = grpc_endpoint[1]
+    for small_request_bytes in (16 << 20, 16 << 20, 0):
+        monkeypatch.setattr(service, "options", replace(service.options, small_request_bytes=small_request_bytes))
         write(stub, configuration, "nulled", t, tmp_path, rows)
         out = capsys.readouterr().out
         assert ("[WriteBatch] nulled.t: column 'n': 2 value(s) stored as NULL, DESTINATION_SERIALIZATION_ERROR "
@@ -52,4 +54,4 @@ def test_values_that_did_not_convert_are_one_warning_per_column_with_count_and_r
                 "DESTINATION_SERIALIZATION_ERROR (not convertible to the column type); recorded in _destination_meta"
                 ) in out, out
         assert out.count('"level": "WARNING"') == 2 and "secret" not in out, out
-        assert ("decode_task_s" in out) == (small_request_bytes == "0"), out  # the path taken
+        assert ("decode_task_s" in out) == (small_request_bytes == 0), out  # the path taken

@@ -12,12 +12,12 @@ import pytest
 from destination.batch.reader import FileFormat
 from destination.changes.settings import ChangeSettings
 from destination.cli import main
-from spark_jobs.operations import plan_batch
 from destination.protocol import common, sdk
 from destination.storage.base import Storage, open_storage
 from destination.table_model import ColumnDef, TableDef
 from destination.table_store import layout
 from destination.table_store.store import Retention, TableStore
+from destination.write.batches import plan_batch
 from destination.write.write_path import WritePath
 from tests.batchfiles import FMT, write_csv
 from tests.change_consumer import replay, tokenize

@@ -12,15 +12,15 @@ from typing import Any
 
 import pytest
 
+from destination.commands.validator import validate_directory
 from destination.storage.base import open_storage
 from destination.table_model import DESTINATION_META, SYNCED
 from destination.table_store import layout
 from destination.table_store.store import TableStore
-from destination.commands.validator import validate_directory
 from tests.change_consumer import replay
 from tests.conftest import s3_configuration, spec_of
-from tests.rpc_helpers import rows_of
 from tests.reference_model import Model
+from tests.rpc_helpers import rows_of
 from tests.test_conformance import ALL_INPUTS, ModelClockHarness, check_against_model, model_of
 
 VARIANTS: dict[str, dict[str, str]] = {

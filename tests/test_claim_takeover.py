@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
+from destination.commands.validator import validate_version
 from destination.storage.base import Storage, open_storage
 from destination.table_store import layout
 from destination.table_store.store import IncompleteVersion, Repair, TableStore
-from destination.commands.validator import validate_version
 from tests.conftest import spec_of
 from tests.test_table_store import SCHEMA, appender, ids
 
@@ -236,8 +236,8 @@ def test_tables_and_repair_commands_on_an_incomplete_table(configuration, monkey
 def test_rpcs_on_a_table_whose_latest_version_lacks_files(stub, configuration, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """DescribeTable answers from the last complete version; a write answers a Task naming the repair command."""
     from destination.protocol import sdk
-    from tests.rpc_helpers import describe, rows_of, table
     from tests.batchfiles import write_csv
+    from tests.rpc_helpers import describe, rows_of, table
     from tests.test_write_path import KEY, SYS, create, params, r, write
 
     t = table("t", [("id", "INT", True), ("v", "STRING"), ("n", "LONG"), *SYS])

@@ -14,8 +14,8 @@ from destination.protocol import sdk
 from destination.rpc.service import DestinationService
 from destination.settings import ServerOptions
 from destination.storage.base import open_storage
-from destination.tester.harness import Harness
 from destination.table_store.store import TableStore
+from destination.tester.harness import Harness
 from tests.batchfiles import write_csv
 from tests.conftest import spec_of
 from tests.rpc_helpers import rows_of, table

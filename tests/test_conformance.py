@@ -9,14 +9,24 @@ from typing import Any
 
 import pytest
 
+from destination.commands.validator import validate_table
 from destination.storage.base import open_storage
 from destination.table_model import SYNCED
 from destination.table_store.store import TableStore
 from destination.tester.harness import Harness
-from destination.commands.validator import validate_table
 from tests.conftest import spec_of
-from tests.reference_model import (ACTIVE, DELETED, END, FIRST_STAMP_MS, LATEST_SYNCED, START, Model, ModelTable,
-                                   canon, history_violations)
+from tests.reference_model import (
+    ACTIVE,
+    DELETED,
+    END,
+    FIRST_STAMP_MS,
+    LATEST_SYNCED,
+    START,
+    Model,
+    ModelTable,
+    canon,
+    history_violations,
+)
 from tests.rpc_helpers import describe, rows_of
 
 INPUTS = Path(__file__).resolve().parent.parent.parent / "shared" / "tester-inputs"

@@ -11,7 +11,7 @@ import pytest
 from destination.conversion import NULLED, SERIALIZATION_ERROR, SIZE_LIMITATION, TRUNCATED, convert_column
 from destination.table_model import ColumnDef
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def conv(values, **kw):  # type: ignore[no-untyped-def]

@@ -71,7 +71,7 @@ def test_a_crlf_straddling_every_reader_boundary_arrives_byte_for_byte() -> None
         assert failures == []
         assert table.column("id").to_pylist() == list(range(1, len(values) + 1)), label
         got = table.column("s").to_pylist()
-        altered = [i for i, (a, b) in enumerate(zip(got, values)) if a.encode() != b]
+        altered = [i for i, (a, b) in enumerate(zip(got, values, strict=True)) if a.encode() != b]
         assert altered == [], f"{label}: {len(altered)} values altered, first at row {altered[:1]}"
 
 

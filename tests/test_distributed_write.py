@@ -1,5 +1,4 @@
-"""Requests through the Spark-side write paths that small requests skip (RECORDS_DESTINATION_SMALL_REQUEST_BYTES=0
-here): files decoded by Spark tasks and shuffled to one merge task per bucket, and the first write into an empty
+"""Requests through the Spark-side write paths that small requests skip (small_request_bytes 0 here): files decoded by Spark tasks and shuffled to one merge task per bucket, and the first write into an empty
 table merged where it is decoded (one task per core, no shuffle). Tester inputs and request sequences must end as
 the reference model says and replay exactly from their change files, as on the small-request path."""
 from __future__ import annotations
@@ -22,10 +21,7 @@ from tests.test_change_replay import HISTORY_STEPS, PLAIN_STEPS, VARIANTS, check
 from tests.test_conformance import ALL_INPUTS
 from tests.test_write_path import KEY, SYS, create, params, r
 
-
-@pytest.fixture(autouse=True)
-def through_spark_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RECORDS_DESTINATION_SMALL_REQUEST_BYTES", "0")
+pytestmark = pytest.mark.usefixtures("through_spark_tasks")
 
 
 def _request(configuration, schema, t, tmp_path, files):  # type: ignore[no-untyped-def]

@@ -11,17 +11,16 @@ from typing import Any
 import grpc
 import pyarrow as pa
 
+from destination.keys import buckets, key_tokens
 from destination.protocol import sdk
 from destination.storage.base import StorageSpec, open_storage
 from destination.table_model import ColumnDef
 from destination.table_store import layout
 from destination.table_store.store import TableStore
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING
-from destination.keys import buckets, key_tokens
 from tests.batchfiles import write_csv
 from tests.rpc_helpers import rows_of, table
-from tests.serverproc import (NOT_SERVING, SERVING, ServerProcess, running_python_workers, spark_jvm, start_server,
-                              wait_for)
+from tests.serverproc import NOT_SERVING, SERVING, ServerProcess, running_python_workers, spark_jvm, start_server, wait_for
 
 T = table("orders", [("id", "LONG", True), ("s", "STRING"), ("_fivetran_synced", "UTC_DATETIME"),
                      ("_fivetran_deleted", "BOOLEAN")])

@@ -17,12 +17,12 @@ import pytest
 from destination.protocol import common, sdk
 from destination.storage.base import open_storage
 from destination.table_store.store import TableStore
-from tests.reference_model import TMAX, Model, history_violations
 from tests.conftest import spec_of
+from tests.reference_model import TMAX, Model, history_violations
 from tests.rpc_helpers import rows_of
 from tests.test_conformance import ModelClockHarness, check_against_model
 
-BASE = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+BASE = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 MS = dt.timedelta(milliseconds=1)
 USERS = {"columns": {"id": "INT", "col1": "STRING", "col2": "INT"}, "primary_key": ["id"], "history_mode": True}
 
@@ -86,7 +86,7 @@ class Scenario:
 
 
 def naive(value: dt.datetime) -> dt.datetime:
-    return value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    return value.astimezone(dt.UTC).replace(tzinfo=None)
 
 
 def upsert(*rows: tuple[int, str, int, int]) -> dict[str, Any]:

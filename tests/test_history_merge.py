@@ -10,13 +10,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from destination.keys import key_tokens
 from destination.table_model import ColumnDef, TableDef
 from destination.type_mapping import arrow_schema
 from spark_jobs.history import TMAX_US, merge_history_bucket
-from destination.keys import key_tokens
-from spark_jobs.merge import BUCKET, CHANGES, DELETE, EARLIEST, KEY, OP, REPLACE, SEQ, UNMOD, UPDATE, key_columns
+from spark_jobs.merge import key_columns
+from spark_jobs.operations import BUCKET, CHANGES, KEY, OP, OP_DELETE, OP_EARLIEST, OP_REPLACE, OP_UPDATE, SEQ, UNMOD
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 TMAX = dt.datetime(1970, 1, 1, tzinfo=UTC) + dt.timedelta(microseconds=TMAX_US)
 TABLE = TableDef("users", (
     ColumnDef("id", "INT", True), ColumnDef("name", "STRING"), ColumnDef("_fivetran_synced", "UTC_DATETIME"),
@@ -36,7 +37,7 @@ def version(id_: int, name: str, start: dt.datetime, end: dt.datetime | None = T
 
 def stored(*rows: dict[str, Any]) -> pa.Table:
     meta = [json.dumps({"version": 1, "changes": []})] * len(rows)
-    return pa.Table.from_pylist([{**r, "_destination_meta": m} for r, m in zip(rows, meta)],
+    return pa.Table.from_pylist([{**r, "_destination_meta": m} for r, m in zip(rows, meta, strict=True)],
                                 schema=arrow_schema(TABLE.columns))
 
 
@@ -61,7 +62,7 @@ def merged(before: pa.Table, request: pa.Table) -> list[tuple[Any, ...]]:
 
 def test_a_version_with_an_existing_start_replaces_it() -> None:
     base = stored(version(1, "a", at(10)))
-    result = merge_history_bucket(base, ops((REPLACE, version(1, "b", at(10)), set())), TABLE, 2, track_changes=True)
+    result = merge_history_bucket(base, ops((OP_REPLACE, version(1, "b", at(10)), set())), TABLE, 2, track_changes=True)
     assert [(r["name"], r["_fivetran_start"]) for r in result.table.to_pylist()] == [("b", at(10))]
     assert (result.counts.inserted, result.counts.updated) == (0, 1)
     assert result.before is not None and result.before.column("name").to_pylist() == ["a"]
@@ -71,8 +72,8 @@ def test_a_version_with_an_existing_start_replaces_it() -> None:
 
 def test_versions_without_end_or_active_are_open_and_get_chained() -> None:
     base = stored(version(1, "a", at(10)))
-    request = ops((REPLACE, version(1, "b", at(20), end=None, active=None), set()),
-                  (REPLACE, version(1, "c", at(30), end=None, active=None), set()))
+    request = ops((OP_REPLACE, version(1, "b", at(20), end=None, active=None), set()),
+                  (OP_REPLACE, version(1, "c", at(30), end=None, active=None), set()))
     assert merged(base, request) == [
         (1, "a", at(10), at(20) - dt.timedelta(milliseconds=1), False),
         (1, "b", at(20), at(30) - dt.timedelta(milliseconds=1), False),
@@ -82,8 +83,8 @@ def test_versions_without_end_or_active_are_open_and_get_chained() -> None:
 
 def test_inconsistent_end_and_active_values_are_chained() -> None:
     """Two 'active' versions in one request and an end past the next start: one active version remains."""
-    request = ops((REPLACE, version(1, "a", at(10), end=TMAX, active=True), set()),
-                  (REPLACE, version(1, "b", at(20), end=TMAX, active=True), set()))
+    request = ops((OP_REPLACE, version(1, "a", at(10), end=TMAX, active=True), set()),
+                  (OP_REPLACE, version(1, "b", at(20), end=TMAX, active=True), set()))
     rows = merged(stored(), request)
     assert [r[4] for r in rows] == [False, True]
     assert rows[0][3] == at(20) - dt.timedelta(milliseconds=1)
@@ -91,8 +92,8 @@ def test_inconsistent_end_and_active_values_are_chained() -> None:
 
 def test_microsecond_starts_keep_their_precision() -> None:
     base = stored(version(1, "a", at(10, 5)))
-    request = ops((EARLIEST, {"id": 1, "_fivetran_start": at(20, 7)}, set()),
-                  (UPDATE, version(1, "b", at(20, 7)), {"name"}))
+    request = ops((OP_EARLIEST, {"id": 1, "_fivetran_start": at(20, 7)}, set()),
+                  (OP_UPDATE, version(1, "b", at(20, 7)), {"name"}))
     assert merged(base, request) == [
         (1, "a", at(10, 5), at(20, 7) - dt.timedelta(milliseconds=1), False),
         (1, "a", at(20, 7), TMAX, True),  # the unmodified name comes from the version before
@@ -101,9 +102,9 @@ def test_microsecond_starts_keep_their_precision() -> None:
 
 def test_delete_without_end_uses_its_synced_and_stamps_it() -> None:
     base = stored(version(1, "a", at(10)), version(2, "b", at(10)))
-    request = ops((DELETE, {"id": 1, "_fivetran_synced": at(50)}, set()),
-                  (DELETE, {"id": 1, "_fivetran_end": at(60), "_fivetran_synced": at(60)}, set()),
-                  (DELETE, {"id": 3, "_fivetran_end": at(60), "_fivetran_synced": at(60)}, set()))
+    request = ops((OP_DELETE, {"id": 1, "_fivetran_synced": at(50)}, set()),
+                  (OP_DELETE, {"id": 1, "_fivetran_end": at(60), "_fivetran_synced": at(60)}, set()),
+                  (OP_DELETE, {"id": 3, "_fivetran_end": at(60), "_fivetran_synced": at(60)}, set()))
     result = merge_history_bucket(base, request, TABLE, 2)
     rows = {r["id"]: r for r in result.table.to_pylist()}
     assert (rows[1]["_fivetran_end"], rows[1]["_fivetran_active"], rows[1]["_fivetran_synced"]) == (at(50), False, at(50))
@@ -112,7 +113,7 @@ def test_delete_without_end_uses_its_synced_and_stamps_it() -> None:
 
 
 def test_update_of_a_key_without_versions_inserts_nothing_even_when_repeated() -> None:
-    request = ops((UPDATE, version(4, "x", at(10)), {"name"}), (UPDATE, version(4, "y", at(20)), set()))
+    request = ops((OP_UPDATE, version(4, "x", at(10)), {"name"}), (OP_UPDATE, version(4, "y", at(20)), set()))
     result = merge_history_bucket(stored(), request, TABLE, 2)
     assert result.table.num_rows == 0
     assert result.counts.ignored == 2
@@ -121,8 +122,8 @@ def test_update_of_a_key_without_versions_inserts_nothing_even_when_repeated() -
 def test_earliest_removes_later_versions_and_reports_both_images() -> None:
     base = stored(version(1, "a", at(10), end=at(20) - dt.timedelta(milliseconds=1), active=False),
                   version(1, "b", at(20)), version(2, "z", at(5)))
-    request = ops((EARLIEST, {"id": 1, "_fivetran_start": at(15)}, set()),
-                  (REPLACE, version(1, "c", at(15)), set()))
+    request = ops((OP_EARLIEST, {"id": 1, "_fivetran_start": at(15)}, set()),
+                  (OP_REPLACE, version(1, "c", at(15)), set()))
     result = merge_history_bucket(base, request, TABLE, 2, track_changes=True)
     assert (result.counts.deleted, result.counts.updated, result.counts.inserted) == (1, 1, 1)
     assert result.before is not None and sorted(result.before.column("name").to_pylist()) == ["a", "b"]

@@ -15,7 +15,7 @@ from destination.tester.harness import Harness
 from tests.reference_model import history_violations
 from tests.rpc_helpers import describe, rows_of
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 TMAX = dt.datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC)
 TMIN = dt.datetime(1, 1, 1, tzinfo=UTC)
 MS = dt.timedelta(milliseconds=1)
@@ -225,9 +225,9 @@ def test_wrong_mode_missing_table_and_live_mode(setup: Setup) -> None:
 @pytest.mark.parametrize("operation", ["copy_table", "copy_table_to_history_mode"])
 def test_a_failed_copy_leaves_the_existing_target_as_it_was(setup: Setup, spark, operation: str) -> None:  # type: ignore[no-untyped-def]
     """A crash before the commit record: the target keeps its earlier version, the source is untouched."""
-    from destination.write import history_migrations, migrations
     from destination.storage.base import open_storage
     from destination.table_store.store import TableStore
+    from destination.write import history_migrations, migrations
     from destination.write.write_path import WritePath
     from tests.conftest import spec_of
 

@@ -25,8 +25,8 @@ CASES = [
      [decimal.Decimal("1.49"), decimal.Decimal("10.00")], [decimal.Decimal("9.99")]),
     (ColumnDef("day", "NAIVE_DATE", True), [dt.date(2024, 1, 2), dt.date(2024, 3, 1)], [dt.date(2024, 1, 1)],
      [dt.date(2024, 2, 1)]),
-    (ColumnDef("at", "UTC_DATETIME", True), [dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)],
-     [dt.datetime(2024, 1, 1, 0, 0, 0, 1, tzinfo=dt.timezone.utc)], [dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)]),
+    (ColumnDef("at", "UTC_DATETIME", True), [dt.datetime(2024, 1, 1, tzinfo=dt.UTC)],
+     [dt.datetime(2024, 1, 1, 0, 0, 0, 1, tzinfo=dt.UTC)], [dt.datetime(2024, 1, 1, tzinfo=dt.UTC)]),
     (ColumnDef("x", "DOUBLE", True), [1.5, 2.5], [0.5, 3.0], [2.0]),
 ]
 

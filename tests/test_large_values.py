@@ -7,8 +7,9 @@ from __future__ import annotations
 import base64
 import json
 import random
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import grpc
 import pytest
@@ -93,8 +94,7 @@ def test_large_values_decoded_on_the_driver(stub, configuration, tmp_path, kind)
 
 
 @pytest.mark.parametrize("kind", ["csv", "parquet"])
-def test_large_values_decoded_in_spark_tasks(stub, configuration, tmp_path, kind, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setenv("RECORDS_DESTINATION_SMALL_REQUEST_BYTES", "0")
+def test_large_values_decoded_in_spark_tasks(stub, configuration, tmp_path, kind, through_spark_tasks) -> None:  # type: ignore[no-untyped-def]
     write_and_check(stub, configuration, tmp_path, kind)
 
 
@@ -106,7 +106,8 @@ def shipping_stub(spark, tmp_path_factory) -> Iterator[Any]:  # type: ignore[no-
     from destination.rpc.server import build_server
 
     server, _health, _service, port = build_server(
-        ServerOptions(root=str(tmp_path_factory.mktemp("ship-root")), spark_master="spark://executors.elsewhere:7077"), 0)
+        ServerOptions(root=str(tmp_path_factory.mktemp("ship-root")), spark_master="spark://executors.elsewhere:7077",
+                      small_request_bytes=0), 0)  # every request through Spark tasks
     server.start()
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     yield sdk_grpc.DestinationConnectorStub(channel)
@@ -115,6 +116,5 @@ def shipping_stub(spark, tmp_path_factory) -> Iterator[Any]:  # type: ignore[no-
 
 
 @pytest.mark.parametrize("kind", ["csv", "parquet"])
-def test_large_values_decoded_from_shipped_bytes(shipping_stub, configuration, tmp_path, kind, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setenv("RECORDS_DESTINATION_SMALL_REQUEST_BYTES", "0")
+def test_large_values_decoded_from_shipped_bytes(shipping_stub, configuration, tmp_path, kind) -> None:  # type: ignore[no-untyped-def]
     write_and_check(shipping_stub, configuration, tmp_path, kind)

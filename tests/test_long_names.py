@@ -7,12 +7,11 @@ import pytest
 
 from destination.protocol import sdk
 from destination.storage.base import open_storage
-from destination.table_store.store import TableStore
 from destination.table_store import layout
+from destination.table_store.store import TableStore
 from tests.conftest import s3_configuration, spec_of
 from tests.rpc_helpers import describe, rows_of, table
 from tests.test_table_rpcs import _write_rows, create
-
 
 COLUMNS = [("id", "INT", True), ("v", "STRING"), ("_fivetran_synced", "UTC_DATETIME")]
 LONG_TABLE = "t" * 1000

@@ -8,6 +8,10 @@ import json
 import pytest
 
 from destination.protocol import common, sdk
+from destination.storage.base import open_storage
+from destination.table_store.datafiles import read_data_file
+from destination.table_store.store import TableStore
+from tests.conftest import spec_of
 from tests.rpc_helpers import describe, rows_of, table
 from tests.test_write_path import SYS, create, write
 
@@ -89,7 +93,7 @@ def test_add_column_with_default_and_update_value(stub, configuration, source) -
                          add__add_column_with_default_value__column_type=common.DataType.Value("UTC_DATETIME"),
                          add__add_column_with_default_value__default_value="2005-05-28T20:57:00Z")
         assert answer.success
-    since = dt.datetime(2005, 5, 28, 20, 57, tzinfo=dt.timezone.utc)
+    since = dt.datetime(2005, 5, 28, 20, 57, tzinfo=dt.UTC)
     assert column_by_id(configuration, "since") == expected_column(source, since)
     # on an existing column the default is set on every row
     assert migrate(stub, configuration, "m", add__add_column_with_default_value__column="v",
@@ -119,3 +123,35 @@ def test_invalid_default_is_captured_not_fatal(stub, configuration, source) -> N
 def test_missing_table_is_a_task(stub, configuration) -> None:  # type: ignore[no-untyped-def]
     answer = migrate(stub, configuration, "ghost", update_column_value__column="n", update_column_value__value="1")
     assert answer.WhichOneof("response") == "task" and "does not exist" in answer.task.message
+
+
+def test_a_merge_after_copy_and_rename_reads_none_of_the_copied_files(stub, configuration, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The copied files keep their key ranges (`_files.json`): a later merge of keys outside them skips every
+    copied file unread. Each copied file is overwritten with bytes no reader could parse, so the write succeeds
+    only if it reads none of them."""
+    create(stub, configuration, "mig", T)
+    write(stub, configuration, "mig", T, tmp_path, replace=[row(i, "old") for i in range(1, 201)])
+    assert migrate(stub, configuration, "m", copy__copy_table__from_table="m", copy__copy_table__to_table="m copy").success
+    assert migrate(stub, configuration, "m copy", rename__rename_table__from_table="m copy",
+                   rename__rename_table__to_table="renamed").success
+    store = TableStore(open_storage(spec_of(configuration)))
+    copied = store.load("mig", "renamed")
+    assert copied is not None and copied.rows == 200
+    assert all(f.key_range == {"id": [min(ids), max(ids)]} for f, ids in _ids_by_file(store, copied))
+    for f in copied.files:
+        store.storage.write_bytes(f"{copied.directory}/{f.name}", b"not a Parquet file")
+
+    renamed = table("renamed", [("id", "INT", True), ("v", "STRING"), ("n", "LONG"), *SYS])
+    write(stub, configuration, "mig", renamed, tmp_path, replace=[row(i, "new") for i in range(1000, 1010)])
+    after = store.load("mig", "renamed")
+    assert after is not None and after.rows == 210
+    carried = {f.name for f in copied.files}
+    assert carried <= {f.name for f in after.files}, "every copied file is carried into the new version unread"
+    new_files = [f for f in after.files if f.name not in carried]
+    new_ids = sorted(i for f in new_files for i in read_data_file(store.storage, after.directory, f.name)
+                     .column("id").to_pylist())
+    assert new_ids == list(range(1000, 1010))
+
+
+def _ids_by_file(store, version):  # type: ignore[no-untyped-def]
+    return [(f, read_data_file(store.storage, version.directory, f.name).column("id").to_pylist()) for f in version.files]

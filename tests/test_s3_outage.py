@@ -4,8 +4,9 @@ no partial version is visible."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import grpc
 import pytest
@@ -67,8 +68,8 @@ def test_a_short_outage_while_writing_the_manifest_is_retried(stub, through_prox
 
 
 def test_an_outage_longer_than_the_retries_is_unavailable_and_commits_nothing(  # type: ignore[no-untyped-def]
-        stub, through_proxy, proxy, s3_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RECORDS_DESTINATION_S3_RETRY_ATTEMPTS", "2")  # read when the server opens the new store
+        stub, through_proxy, proxy, s3_server, tmp_path: Path, server_options) -> None:
+    server_options(s3_retry_attempts=2)  # RECORDS_DESTINATION_S3_RETRY_ATTEMPTS; the store of a new spec uses it
     _created(stub, through_proxy)
     proxy.arm(MANIFEST, attempts=UNTIL_RESTORED)
     with pytest.raises(grpc.RpcError) as failed:

@@ -113,7 +113,7 @@ def test_truncate_hard_soft_and_missing(stub, configuration, tmp_path) -> None: 
     _write_rows(stub, configuration, schema, t, [
         {"id": str(i), "_fivetran_synced": f"2024-01-01T00:00:0{i}.{'999999' if i == 2 else '000'}Z", "_fivetran_deleted": "false"}
         for i in range(1, 5)], tmp_path)
-    cutoff = Timestamp(seconds=int(dt.datetime(2024, 1, 1, 0, 0, 3, tzinfo=dt.timezone.utc).timestamp()))
+    cutoff = Timestamp(seconds=int(dt.datetime(2024, 1, 1, 0, 0, 3, tzinfo=dt.UTC).timestamp()))
     soft = sdk.TruncateRequest(configuration=configuration, schema_name=schema, table_name="t",
                                synced_column="_fivetran_synced", utc_delete_before=cutoff)
     soft.soft.deleted_column = "_fivetran_deleted"
@@ -130,8 +130,8 @@ def test_truncate_hard_soft_and_missing(stub, configuration, tmp_path) -> None: 
 
 
 def test_bad_root_and_bad_credentials_are_tasks(stub, configuration,  # type: ignore[no-untyped-def]
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RECORDS_DESTINATION_S3_RETRY_ATTEMPTS", "2")  # the unreachable endpoint fails quickly
+                                               server_options) -> None:
+    server_options(s3_retry_attempts=2)  # RECORDS_DESTINATION_S3_RETRY_ATTEMPTS: the unreachable endpoint fails quickly
     if configuration["root"].startswith("s3://"):
         bad = dict(configuration, aws_secret_access_key="wrong-secret")
         answer = describe(stub, bad, "s", "t")

@@ -7,12 +7,12 @@ import threading
 import pyarrow as pa
 import pytest
 
+from destination.commands.validator import validate_version
 from destination.storage.base import Storage
 from destination.table_model import ColumnDef, TableDef
 from destination.table_store import layout
 from destination.table_store.datafiles import align, read_data_file, write_data_file
 from destination.table_store.store import PendingVersion, Retention, TableStore, TableVersion, VersionTarget
-from destination.commands.validator import validate_version
 
 TABLE = TableDef("events", (ColumnDef("id", "LONG", True), ColumnDef("v", "STRING"),
                             ColumnDef("_fivetran_synced", "UTC_DATETIME")))
@@ -156,9 +156,8 @@ def test_a_busy_table_lock_taken_with_a_timeout_is_a_commit_conflict() -> None:
 
     locks = TableLocks()
     with locks.hold("root", "s", "target"):
-        with pytest.raises(CommitConflict, match="s.target is busy"):
-            with locks.hold("root", "s", "target", timeout=0.01):
-                pass
+        with pytest.raises(CommitConflict, match=r"s\.target is busy"), locks.hold("root", "s", "target", timeout=0.01):
+            pass
         with locks.hold("root", "s", "other", timeout=0.01):  # another table is free
             pass
     with locks.hold("root", "s", "target", timeout=0.01):  # released again

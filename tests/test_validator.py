@@ -8,16 +8,15 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
+from destination.commands.validator import validate_table
 from destination.storage.base import Storage, open_storage
 from destination.table_store import layout, records
-from destination.commands.validator import validate_table
 from tests.conftest import spec_of
 from tests.rpc_helpers import table
 from tests.test_write_path import SYS, create, r, write

@@ -288,8 +288,9 @@ def test_truncate_compares_exact_milliseconds_far_from_1970(stub, configuration,
 
 
 def test_files_travel_with_the_plan_for_executors_elsewhere(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from spark_jobs.operations import file_operations, plan_batch
     from destination.table_model import TableDef
+    from destination.write.batches import plan_batch
+    from spark_jobs.operations import file_operations
 
     path = write_csv(tmp_path / "shipped.csv.zstd.aes", ["id", "v", "n", "_fivetran_synced", "_fivetran_deleted"],
                      [r(i, f"v{i}") for i in range(10)], KEY)

@@ -17,12 +17,15 @@ tests/test_csv_bytes.py guards each pyarrow behaviour this relies on.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import BinaryIO, Callable, Iterator
+from typing import BinaryIO
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
+
+Chunk = bytes | bytearray  # a chunk of CSV bytes: its own buffer (bytearray) or a slice of one
 
 READ_SIZE = 1 << 20
 BOM = b"\xef\xbb\xbf"
@@ -36,7 +39,7 @@ class RowTooLarge(ValueError):
     """A row longer than read_csv can take in one block."""
 
 
-def read_ahead(chunks: Iterator[bytes]) -> Iterator[bytes]:
+def read_ahead(chunks: Iterator[Chunk]) -> Iterator[Chunk]:
     """The same chunks, the next one read (decrypted, decompressed, cut) in a thread while the caller parses."""
     with ThreadPoolExecutor(1, thread_name_prefix="csv-read-ahead") as pool:
         pending = pool.submit(next, chunks, None)
@@ -49,7 +52,7 @@ def iter_row_chunks(stream: BinaryIO, target: int) -> Iterator[bytearray]:
     """The stream's bytes in order, in chunks of about `target` bytes, each cut where quote parity says a row ends
     (a guess that parse_rows checks); the last chunk ends with the data. A chunk grows to hold a longer row.
     The stream decompresses straight into each chunk's own buffer (no copies of whole chunks)."""
-    carry = b""  # the bytes after the last cut
+    carry: Chunk = b""  # the bytes after the last cut
     want = target
     while True:
         chunk = _fill(stream, carry, want)
@@ -82,7 +85,7 @@ def _fill(stream: BinaryIO, start: bytes | bytearray, size: int) -> bytearray:
     return buffer
 
 
-def row_end_by_parity(buf: bytes) -> int:
+def row_end_by_parity(buf: Chunk) -> int:
     """Length of the prefix of `buf` up to its last line end that has an even number of quotes before it (0: none).
     The last byte is never taken: what follows it (an LF after a CR) is not known yet."""
     data = np.frombuffer(buf, dtype=np.uint8)
@@ -103,11 +106,11 @@ def row_end_by_parity(buf: bytes) -> int:
     return 0
 
 
-def after_line_end(buf: bytes, at: int) -> int:
+def after_line_end(buf: Chunk, at: int) -> int:
     return at + 2 if buf[at] == CR and at + 1 < len(buf) and buf[at + 1] == LF else at + 1
 
 
-def row_end_exact(buf: bytes) -> int:
+def row_end_exact(buf: Chunk) -> int:
     """Length of the longest prefix of `buf` (read from a row start) made of whole rows by pyarrow's quoting rules,
     quote by quote (0: none). The last byte is never taken, as in row_end_by_parity."""
     data = np.frombuffer(buf, dtype=np.uint8)
@@ -137,7 +140,7 @@ def row_end_exact(buf: bytes) -> int:
     return 0
 
 
-def first_row_end(chunk: bytes) -> int:
+def first_row_end(chunk: Chunk) -> int:
     """Length of the first row of a chunk, its line end included (the whole chunk if it has one row)."""
     pos, inside = 0, False
     while True:
@@ -156,7 +159,7 @@ def first_row_end(chunk: bytes) -> int:
         inside, pos = quote == 0 or chunk[quote - 1] in (COMMA, LF, CR), quote + 1
 
 
-def read_rows(chunk: bytes, column_names: list[str], convert: pacsv.ConvertOptions) -> pa.Table:
+def read_rows(chunk: Chunk, column_names: list[str], convert: pacsv.ConvertOptions) -> pa.Table:
     """A chunk of whole rows as a table of `column_names`, parsed by pyarrow as one block."""
     if chunk.startswith(BOM):  # read_csv drops a BOM that starts its input; here it is the first value's text
         chunk = b"\n" + chunk  # (an empty line, which the parser skips)
@@ -183,13 +186,14 @@ class MalformedRows(ValueError):
     """pyarrow refused the rows of a chunk; the message names where they start in the plaintext."""
 
 
-def parse_rows(chunks: Iterator[bytes], parse: Callable[[bytes], pa.Table], last_column: str,
+def parse_rows(chunks: Iterator[Chunk], parse: Callable[[Chunk], pa.Table], last_column: str,
                start: int = 0) -> Iterator[pa.Table]:
     """Parse chunks of whole rows (the first starting at a row start, `start` bytes into the data) with `parse`,
     whose tables must hold `last_column` (the rows' last column). A chunk whose end pyarrow did not take as a row
     end is cut again exactly, its tail going before the next chunk. Raises MalformedRows."""
     chunks = (chunk for chunk in chunks if chunk)
-    carry, offset = b"", start
+    carry: Chunk = b""
+    offset = start
     pending = next(chunks, None)
     while pending is not None:
         following = next(chunks, None)
@@ -212,7 +216,7 @@ def parse_rows(chunks: Iterator[bytes], parse: Callable[[bytes], pa.Table], last
         pending = following
 
 
-def _parse_at(parse: Callable[[bytes], pa.Table], data: bytes, offset: int) -> pa.Table:
+def _parse_at(parse: Callable[[Chunk], pa.Table], data: Chunk, offset: int) -> pa.Table:
     try:
         return parse(data)
     except pa.ArrowInvalid as exc:

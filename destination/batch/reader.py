@@ -14,8 +14,9 @@ from __future__ import annotations
 import csv
 import io
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -24,8 +25,17 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import zstandard
 
-from destination.batch.csvrows import (BOM, MalformedRows, RowTooLarge, first_row_end, iter_row_chunks, parse_rows,
-                                       read_ahead, read_rows)
+from destination.batch.csvrows import (
+    BOM,
+    Chunk,
+    MalformedRows,
+    RowTooLarge,
+    first_row_end,
+    iter_row_chunks,
+    parse_rows,
+    read_ahead,
+    read_rows,
+)
 from destination.batch.stream import open_plaintext
 from destination.conversion import NULLED, SERIALIZATION_ERROR, Failure, JsonSeen, convert_column
 from destination.errors import BadBatchFile, scrub
@@ -75,7 +85,7 @@ def iter_batch_file(path: str, columns: list[ColumnDef], fmt: FileFormat, key: b
         stream.close()
 
 
-def read_header(path: str, row: bytes) -> list[str]:
+def read_header(path: str, row: Chunk) -> list[str]:
     """The column names of a CSV file's first row (without its line end or a BOM)."""
     if not row.strip():
         raise BadBatchFile(path, "CSV file is empty: no header row")
@@ -113,7 +123,7 @@ def _iter_csv(path: str, stream: BinaryIO, columns: list[ColumnDef], fmt: FileFo
     as_text = _csv_convert_options(header, parsed, fmt, pa.string())
     as_bytes = _csv_convert_options(header, parsed, fmt, pa.binary())
 
-    def parse(chunk: bytes) -> pa.Table:
+    def parse(chunk: Chunk) -> pa.Table:
         try:
             return read_rows(chunk, header, as_text)
         except pa.ArrowInvalid as exc:
@@ -149,7 +159,10 @@ def _utf8_text(raw: pa.Table) -> tuple[pa.Table, list[Failure]]:
     return raw, failures
 
 
-def _utf8_or_null(values: pa.Array, text_type: pa.DataType = pa.string()) -> tuple[pa.Array, list[int]]:
+_STRING = pa.string()
+
+
+def _utf8_or_null(values: pa.Array, text_type: pa.DataType = _STRING) -> tuple[pa.Array, list[int]]:
     """Binary values as text; those that are not valid UTF-8 become NULL (their rows are returned)."""
     try:
         return values.cast(text_type), []

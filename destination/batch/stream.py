@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import gzip
 import io
-from typing import BinaryIO
+from typing import Any, BinaryIO, cast
 
 import zstandard
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -86,15 +86,15 @@ def open_plaintext(path: str, *, key: bytes | None, encrypted: bool, compression
         if key is None:
             raw.close()
             raise BadBatchFile(path, "no key for this file in the request's `keys`")
-        stream: BinaryIO = io.BufferedReader(AesCbcReader(raw, key, path), CHUNK)
+        stream: io.BufferedReader[Any] = io.BufferedReader(AesCbcReader(raw, key, path), CHUNK)
     else:
         # peek() below needs a buffered reader: a file opened "rb" is one, the bytes of `data` are not
-        stream = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(raw, CHUNK)  # type: ignore[arg-type]
+        stream = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(cast(io.RawIOBase, raw), CHUNK)
     head = stream.peek(4)[:4]
     if head.startswith(ZSTD_MAGIC):
-        return zstandard.ZstdDecompressor().stream_reader(stream, read_size=CHUNK, read_across_frames=True)  # type: ignore[return-value]
+        return zstandard.ZstdDecompressor().stream_reader(stream, read_size=CHUNK, read_across_frames=True)
     if head.startswith(GZIP_MAGIC):
-        return gzip.GzipFile(fileobj=stream, mode="rb")  # type: ignore[return-value]
+        return cast(BinaryIO, gzip.GzipFile(fileobj=stream, mode="rb"))
     if compression in ("ZSTD", "GZIP") and encrypted:
         # Decrypted but not the declared format: almost always a wrong key that happened to pad correctly.
         raise BadBatchFile(path, f"content is not {compression} after decryption (wrong key or corrupt file)")

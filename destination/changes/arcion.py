@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from destination.changes.events import DELETE, INSERT, UPDATE, ChangeEvents, equal_rows
+from destination.changes.events import EVENT_DELETE, EVENT_INSERT, EVENT_UPDATE, ChangeEvents, equal_rows
 from destination.table_model import ColumnDef
 
 DEFAULT_NULL_TOKEN = "NULL"
@@ -53,7 +53,8 @@ class RealtimeRows:
 
 def full_exists(op: pa.Array, names: list[str]) -> pa.Table:
     """FULL images: every column is in New for an insert, Old for a delete, both for an update."""
-    code = pc.if_else(pc.equal(op, INSERT), NEW, pc.if_else(pc.equal(op, DELETE), OLD, BOTH)).cast(pa.int8())
+    code = pc.if_else(pc.equal(op, EVENT_INSERT), NEW,
+                      pc.if_else(pc.equal(op, EVENT_DELETE), OLD, BOTH)).cast(pa.int8())
     return pa.table({name: code for name in names})
 
 
@@ -64,7 +65,7 @@ def minimal_images(op: pa.Array, before: pa.Table, after: pa.Table, modified: di
     Returns (before, after, exists)."""
     n = len(op)
     none = pa.array(np.zeros(n, dtype=bool))
-    is_insert, is_update = pc.equal(op, INSERT), pc.equal(op, UPDATE)
+    is_insert, is_update = pc.equal(op, EVENT_INSERT), pc.equal(op, EVENT_UPDATE)
     old_cols, new_cols, codes = {}, {}, {}
     for name in after.column_names:
         in_new = pc.or_(is_insert, pc.and_(is_update, modified.get(name, none)))

@@ -21,12 +21,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
+from destination.keys import key_tokens
 from destination.table_model import SYNCED, TableDef
 from destination.type_mapping import arrow_schema
-from destination.keys import key_tokens
 
-INSERT, UPDATE, DELETE = "I", "U", "D"
-SNAPSHOT_OP = "S"  # read back from a snapshot directory: the row as of the version (after image only)
+EVENT_INSERT, EVENT_UPDATE, EVENT_DELETE = "I", "U", "D"
+EVENT_SNAPSHOT = "S"  # read back from a snapshot directory: the row as of the version (after image only)
 _OP = "\x00op"
 _BEFORE = "\x00before:"
 _AFTER = "\x00after:"
@@ -54,8 +54,8 @@ class ChangeEvents:
 
     def counts(self) -> dict[str, int]:
         ops = self.op.to_numpy(zero_copy_only=False)
-        return {"insert": int((ops == INSERT).sum()), "update": int((ops == UPDATE).sum()),
-                "delete": int((ops == DELETE).sum())}
+        return {"insert": int((ops == EVENT_INSERT).sum()), "update": int((ops == EVENT_UPDATE).sum()),
+                "delete": int((ops == EVENT_DELETE).sum())}
 
     def to_ipc(self) -> bytes:
         arrays = [self.op, *self.before.columns, *self.after.columns]
@@ -67,7 +67,7 @@ class ChangeEvents:
         return sink.getvalue().to_pybytes()
 
     @staticmethod
-    def from_ipc(data: bytes | pa.Buffer) -> "ChangeEvents":
+    def from_ipc(data: bytes | pa.Buffer) -> ChangeEvents:
         table = ipc.open_file(pa.BufferReader(data)).read_all()
         before = [n for n in table.column_names if n.startswith(_BEFORE)]
         after = [n for n in table.column_names if n.startswith(_AFTER)]
@@ -95,12 +95,13 @@ def _nulls(schema: pa.Schema, n: int) -> pa.Table:
 
 def deletes(rows: pa.Table, table_def: TableDef) -> ChangeEvents:
     before = data_columns(rows, table_def)
-    return ChangeEvents(pa.array([DELETE] * rows.num_rows, pa.string()), before, _nulls(before.schema, rows.num_rows))
+    return ChangeEvents(pa.array([EVENT_DELETE] * rows.num_rows, pa.string()), before,
+                        _nulls(before.schema, rows.num_rows))
 
 
 def updates(before: pa.Table, after: pa.Table, table_def: TableDef) -> ChangeEvents:
     """Row i of `before` became row i of `after` (the caller knows they changed)."""
-    return ChangeEvents(pa.array([UPDATE] * before.num_rows, pa.string()), data_columns(before, table_def),
+    return ChangeEvents(pa.array([EVENT_UPDATE] * before.num_rows, pa.string()), data_columns(before, table_def),
                         data_columns(after, table_def))
 
 
@@ -141,7 +142,7 @@ def pair_changes(before: pa.Table, after: pa.Table, table_def: TableDef, emit_no
     parts = [deletes(before.filter(pa.array(~matched)), table_def),
              updates(pre.filter(pa.array(keep)), post.filter(pa.array(keep)), table_def)]
     new_rows = after.filter(pa.array(inserted))
-    parts.append(ChangeEvents(pa.array([INSERT] * new_rows.num_rows, pa.string()), _nulls(new_rows.schema, new_rows.num_rows),
-                              new_rows))
+    parts.append(ChangeEvents(pa.array([EVENT_INSERT] * new_rows.num_rows, pa.string()),
+                              _nulls(new_rows.schema, new_rows.num_rows), new_rows))
     return PairedChanges(concat_events(parts, table_def), noops)
 

@@ -10,7 +10,7 @@ no totals, so they are written final at once.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,8 +19,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from destination.changes import arcion, cdf
-from destination.changes.events import DELETE, INSERT, UPDATE, ChangeEvents, data_columns, data_schema
-from destination.changes.metadata import EXTENSIONS, ROWS
+from destination.changes.events import EVENT_DELETE, EVENT_INSERT, EVENT_UPDATE, ChangeEvents, data_columns, data_schema
+from destination.changes.metadata import EXTENSIONS, KIND_ROWS, ChangeFile
 from destination.changes.settings import ARCION_CSV, PARQUET, ChangeSettings
 from destination.storage.base import Storage
 from destination.table_model import SYNCED, TableDef
@@ -30,27 +30,16 @@ from destination.table_store.layout import data_file_name
 STAGING = "_staging"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ChangeTarget:
-    """Where and how a version's change files are written; plain JSON so Spark tasks receive it."""
+    """Where and how a version's change files are written (Spark tasks receive it with their job's context)."""
 
-    settings: dict[str, Any]  # ChangeSettings JSON
+    settings: ChangeSettings
     directory: str  # changes/v<N> below the root
     version: int
     timestamp_us: int  # the version's commit timestamp
     schema: str  # the Fivetran schema name (Arcion JSON tableName)
-    kind: str  # metadata.ROWS or metadata.SNAPSHOT
-
-    @property
-    def change_settings(self) -> ChangeSettings:
-        return ChangeSettings.from_json(self.settings)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @staticmethod
-    def from_json(data: dict[str, Any]) -> "ChangeTarget":
-        return ChangeTarget(**data)
+    kind: str  # metadata.KIND_ROWS or metadata.KIND_SNAPSHOT
 
 
 def _write_parquet(storage: Storage, path: str, table: pa.Table) -> int:
@@ -60,23 +49,23 @@ def _write_parquet(storage: Storage, path: str, table: pa.Table) -> int:
 
 
 def _final_name(target: ChangeTarget, bucket: int | None) -> str:
-    return data_file_name(bucket, EXTENSIONS[target.change_settings.format])
+    return data_file_name(bucket, EXTENSIONS[target.settings.format])
 
 
 def write_events(storage: Storage, target: ChangeTarget, table_def: TableDef, bucket: int | None,
-                 events: ChangeEvents) -> dict[str, Any] | None:
+                 events: ChangeEvents) -> ChangeFile | None:
     """Phase 1: the task's events as a final Parquet file, or staged for Arcion formatting."""
     if not events.count:
         return None
     counts = events.counts()
-    if target.change_settings.is_arcion:
+    if target.settings.is_arcion:
         name = f"{STAGING}/{data_file_name(bucket, 'arrow')}"
         storage.write_bytes(f"{target.directory}/{name}", events.to_ipc())
-        return {"name": name, "bucket": bucket, "staged": True, "rows": events.count, "counts": counts}
+        return ChangeFile(name=name, bucket=bucket, staged=True, rows=events.count, counts=counts)
     name = _final_name(target, bucket)
     rows = cdf.change_rows(events, target.version, target.timestamp_us)
     size = _write_parquet(storage, f"{target.directory}/{name}", rows)
-    return {"name": name, "bucket": bucket, "staged": False, "rows": rows.num_rows, "bytes": size, "counts": counts}
+    return ChangeFile(name=name, bucket=bucket, staged=False, rows=rows.num_rows, bytes=size, counts=counts)
 
 
 def _millis(values: pa.Array) -> pa.Array:
@@ -104,20 +93,20 @@ def operation_counts(op: pa.Array, before: dict[str, int]) -> pa.Array:
     """Arcion `operationcount` per event: the table's running totals, this event included."""
     ops = op.to_numpy(zero_copy_only=False)
     parts: list[Any] = []
-    for label, code, key in (("insertCount", INSERT, "insert"), ("updateCount", UPDATE, "update"),
-                             ("deleteCount", DELETE, "delete")):
+    for label, code, key in (("insertCount", EVENT_INSERT, "insert"), ("updateCount", EVENT_UPDATE, "update"),
+                             ("deleteCount", EVENT_DELETE, "delete")):
         running = before.get(key, 0) + np.cumsum(ops == code)
         parts += [f'"{label}":' if not parts else f',"{label}":', pa.array(running).cast(pa.string())]
     return pc.binary_join_element_wise("{", *parts, ',"replaceCount":0}', "")
 
 
-def format_staged(storage: Storage, target: ChangeTarget, table_def: TableDef, part: dict[str, Any],
-                  totals_before: dict[str, int]) -> dict[str, Any]:
+def format_staged(storage: Storage, target: ChangeTarget, table_def: TableDef, part: ChangeFile,
+                  totals_before: dict[str, int]) -> ChangeFile:
     """Phase 2: one staged file formatted as Arcion realtime rows, with totals continuing `totals_before`."""
-    settings = target.change_settings
-    staged = f"{target.directory}/{part['name']}"
+    settings = target.settings
+    staged = f"{target.directory}/{part.name}"
     events = ChangeEvents.from_ipc(storage.read_bytes(staged))
-    name = _final_name(target, part["bucket"])
+    name = _final_name(target, part.bucket)
     rows = arcion.realtime_rows(events, table_def.key_columns, settings.image == "minimal",
                                 cursors(events, target, name), operation_counts(events.op, totals_before))
     columns = list(table_def.columns)
@@ -127,16 +116,16 @@ def format_staged(storage: Storage, target: ChangeTarget, table_def: TableDef, p
         data = arcion.realtime_json(rows, columns, target.schema, table_def.name)
     storage.write_bytes(f"{target.directory}/{name}", data)
     storage.delete(staged)
-    return {"name": name, "bucket": part["bucket"], "staged": False, "rows": events.count, "bytes": len(data),
-            "counts": part["counts"]}
+    return ChangeFile(name=name, bucket=part.bucket, staged=False, rows=events.count, bytes=len(data),
+                      counts=part.counts)
 
 
 def write_snapshot(storage: Storage, target: ChangeTarget, table_def: TableDef, bucket: int | None,
-                   rows: pa.Table) -> dict[str, Any] | None:
+                   rows: pa.Table) -> ChangeFile | None:
     """A snapshot file of `rows` (stored rows of the new version); None for no rows."""
     if not rows.num_rows:
         return None
-    settings = target.change_settings
+    settings = target.settings
     name = _final_name(target, bucket)
     path = f"{target.directory}/{name}"
     data_rows = data_columns(rows, table_def)
@@ -150,13 +139,13 @@ def write_snapshot(storage: Storage, target: ChangeTarget, table_def: TableDef, 
             data = arcion.snapshot_json(data_rows, columns)
         storage.write_bytes(path, data)
         size = len(data)
-    return {"name": name, "bucket": bucket, "staged": False, "rows": rows.num_rows, "bytes": size,
-            "counts": {"snapshot": rows.num_rows}}
+    return ChangeFile(name=name, bucket=bucket, staged=False, rows=rows.num_rows, bytes=size,
+                      counts={"snapshot": rows.num_rows})
 
 
-def write_empty(storage: Storage, target: ChangeTarget, table_def: TableDef) -> dict[str, Any]:
+def write_empty(storage: Storage, target: ChangeTarget, table_def: TableDef) -> ChangeFile:
     """The one zero-row file of a version without changes (a records directory needs a data file)."""
-    settings = target.change_settings
+    settings = target.settings
     name = _final_name(target, None)
     path = f"{target.directory}/{name}"
     if settings.format == PARQUET:
@@ -165,8 +154,8 @@ def write_empty(storage: Storage, target: ChangeTarget, table_def: TableDef) -> 
     else:
         header = settings.format == ARCION_CSV and settings.include_header
         columns = list(table_def.columns)
-        names = arcion.realtime_header(columns) if target.kind == ROWS else [c.name for c in columns]
+        names = arcion.realtime_header(columns) if target.kind == KIND_ROWS else [c.name for c in columns]
         data = (arcion.csv_text(names) + "\n").encode("utf-8") if header else b""
         storage.write_bytes(path, data)
         size = len(data)
-    return {"name": name, "bucket": None, "staged": False, "rows": 0, "bytes": size, "counts": {}}
+    return ChangeFile(name=name, bucket=None, staged=False, rows=0, bytes=size)

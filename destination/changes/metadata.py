@@ -14,6 +14,7 @@ definition (the types a consumer parses the text with), the counts and the runni
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,10 +24,10 @@ from destination.changes.settings import ARCION_CSV, ARCION_JSON, PARQUET, Chang
 from destination.table_model import TableDef
 from destination.table_store import records
 
-ROWS, SNAPSHOT = "rows", "snapshot"
+KIND_ROWS, KIND_SNAPSHOT = "rows", "snapshot"
 CHANGES_JSON = "_changes.json"
 EXTENSIONS = {PARQUET: "parquet", ARCION_CSV: "csv", ARCION_JSON: "jsonl"}
-JSON_FIELDS = {ROWS: "event", SNAPSHOT: "row"}
+JSON_FIELDS = {KIND_ROWS: "event", KIND_SNAPSHOT: "row"}
 ZERO_TOTALS = {"insert": 0, "update": 0, "delete": 0}
 
 
@@ -69,24 +70,36 @@ def schema_json(table: TableDef, settings: ChangeSettings, kind: str) -> dict[st
         return records.schema_document(records.column_fields([*columns, *cdf.CHANGE_COLUMNS], table))
     if settings.format == ARCION_JSON:
         return records.schema_document(_string_fields([JSON_FIELDS[kind]]))
-    names = realtime_header(columns) if kind == ROWS else [c.name for c in columns]
+    names = realtime_header(columns) if kind == KIND_ROWS else [c.name for c in columns]
     return records.schema_document(_string_fields(names))
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
+class ChangeFile:
+    """One file a task wrote into a change directory (final, or staged for Arcion's second pass)."""
+
+    name: str  # relative to the change directory
+    bucket: int | None
+    staged: bool
+    rows: int
+    bytes: int = 0  # final files only
+    counts: dict[str, int] = field(default_factory=dict)  # events by operation (or `snapshot` rows)
+
+
+@dataclass(frozen=True, kw_only=True)
 class ChangeParts:
     """What the Spark tasks of a version wrote into its change directory."""
 
-    kind: str  # ROWS or SNAPSHOT
-    files: list[dict[str, Any]]  # destination.changes.files results, in unit order
+    kind: str  # KIND_ROWS or KIND_SNAPSHOT
+    files: tuple[ChangeFile, ...]  # in unit order
     noop_updates: int = 0
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class ChangeSet:
     """A version's change directory, written by the store before the commit record."""
 
-    kind: str  # ROWS or SNAPSHOT
+    kind: str  # KIND_ROWS or KIND_SNAPSHOT
     files: list[tuple[str, int]]  # data files in the order to apply them, with their sizes
     metadata: dict[str, bytes]  # _schema.json, _schema, _format_*, _changes.json
     totals: dict[str, int]  # running operation totals after this version (kept in _table.json)
@@ -94,14 +107,14 @@ class ChangeSet:
 
 
 def change_set(schema: str, table: TableDef, settings: ChangeSettings, kind: str, version: int, timestamp_us: int,
-               files: list[dict[str, Any]], before: dict[str, int], noop_updates: int) -> ChangeSet:
+               files: Sequence[ChangeFile], before: dict[str, int], noop_updates: int) -> ChangeSet:
     """Sum the files' counts into the running totals and build the directory's metadata."""
     counts = dict(ZERO_TOTALS)
     rows = 0
     for f in files:
-        for k, v in f.get("counts", {}).items():
+        for k, v in f.counts.items():
             counts[k] = counts.get(k, 0) + v
-        rows += int(f.get("rows", 0))
+        rows += f.rows
     after = {k: before.get(k, 0) + counts.get(k, 0) for k in ZERO_TOTALS}
     summary = {"kind": kind, "format": settings.format, "counts": counts, "noop_updates_left_out": noop_updates}
     doc = {
@@ -109,10 +122,11 @@ def change_set(schema: str, table: TableDef, settings: ChangeSettings, kind: str
         "image": settings.image, "null_token": settings.null_token, "include_header": settings.include_header,
         "commit_timestamp_us": timestamp_us, "definition": table.to_json(), "counts": counts,
         "noop_updates_left_out": noop_updates, "operation_totals_before": before, "operation_totals_after": after,
-        "files": [f["name"] for f in files], "rows": rows,
+        "files": [f.name for f in files], "rows": rows,
     }
     schema_doc = records.dumps(schema_json(table, settings, kind))
     format_name, format_body = format_file(settings)
     metadata = {records.SCHEMA_JSON: schema_doc, records.SCHEMA_LEGACY: schema_doc, format_name: format_body,
                 CHANGES_JSON: records.dumps(doc)}
-    return ChangeSet(kind, [(f["name"], int(f["bytes"])) for f in files], metadata, after, summary)
+    return ChangeSet(kind=kind, files=[(f.name, f.bytes) for f in files], metadata=metadata, totals=after,
+                     summary=summary)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import itertools
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,19 +19,27 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from destination.batch.csvrows import first_row_end, iter_row_chunks, parse_rows, read_rows
+from destination.batch.csvrows import Chunk, first_row_end, iter_row_chunks, parse_rows, read_rows
 from destination.batch.reader import CSV_BLOCK
 from destination.changes import cdf
 from destination.changes.arcion import BOTH, NEW, OLD, realtime_header
-from destination.changes.events import DELETE, INSERT, SNAPSHOT_OP, UPDATE, ChangeEvents, concat_events, data_schema
-from destination.changes.metadata import CHANGES_JSON, ROWS
+from destination.changes.events import (
+    EVENT_DELETE,
+    EVENT_INSERT,
+    EVENT_SNAPSHOT,
+    EVENT_UPDATE,
+    ChangeEvents,
+    concat_events,
+    data_schema,
+)
+from destination.changes.metadata import CHANGES_JSON, KIND_ROWS
 from destination.changes.settings import ARCION_CSV, PARQUET
 from destination.conversion import convert_column
 from destination.errors import DestinationError
+from destination.keys import key_tokens
 from destination.storage.base import Storage
 from destination.table_model import TableDef
 from destination.table_store import layout, records
-from destination.keys import key_tokens
 
 
 @dataclass
@@ -39,7 +48,7 @@ class VersionChanges:
     kind: str  # metadata.ROWS or metadata.SNAPSHOT
     table: TableDef
     timestamp_us: int
-    events: ChangeEvents  # a snapshot: one SNAPSHOT_OP event per row, its row as the after image
+    events: ChangeEvents  # a snapshot: one EVENT_SNAPSHOT event per row, its row as the after image
     exists: pa.Table | None  # Arcion exists codes per event (None: full images, as Parquet has)
 
 
@@ -78,27 +87,28 @@ def _from_cdf(rows: pa.Table, table: TableDef) -> ChangeEvents:
     kind = rows.column(cdf.CHANGE_TYPE).to_numpy(zero_copy_only=False)
     images = rows.select(data_schema(table).names)
     # an update is a preimage row followed by its postimage row
-    first = kind != cdf.POSTIMAGE
-    op = np.select([kind == cdf.INSERTED, kind == cdf.PREIMAGE, kind == cdf.DELETED], [INSERT, UPDATE, DELETE],
-                   SNAPSHOT_OP)[first]
+    first = kind != cdf.CHANGE_TYPE_POSTIMAGE
+    op = np.select([kind == cdf.CHANGE_TYPE_INSERT, kind == cdf.CHANGE_TYPE_PREIMAGE, kind == cdf.CHANGE_TYPE_DELETE],
+                   [EVENT_INSERT, EVENT_UPDATE, EVENT_DELETE], EVENT_SNAPSHOT)[first]
     at = np.flatnonzero(first)
-    has_before = np.isin(op, [UPDATE, DELETE])
+    has_before = np.isin(op, [EVENT_UPDATE, EVENT_DELETE])
     before_idx = np.where(has_before, at, -1)
-    after_idx = np.where(op == UPDATE, at + 1, np.where(has_before, -1, at))
-    take = lambda idx: images.take(pa.array(np.where(idx < 0, None, idx), pa.int64()))  # noqa: E731
+    after_idx = np.where(op == EVENT_UPDATE, at + 1, np.where(has_before, -1, at))
+    def take(idx: np.ndarray) -> pa.Table:
+        return images.take(pa.array(idx, pa.int64(), mask=idx < 0))
     return ChangeEvents(pa.array(op, pa.string()), take(before_idx), take(after_idx))
 
 
 def _csv_texts(data: bytes, about: dict[str, Any], table: TableDef) -> dict[str, pa.Array]:
     columns = list(table.columns)
-    names = realtime_header(columns) if about["kind"] == ROWS else [c.name for c in columns]
+    names = realtime_header(columns) if about["kind"] == KIND_ROWS else [c.name for c in columns]
     if not data.strip():
         return {n: pa.array([], pa.string()) for n in names}
     # the null token only counts unquoted: a quoted one is text
     convert = pacsv.ConvertOptions(column_types={n: pa.string() for n in names}, strings_can_be_null=True,
                                    null_values=[about["null_token"]], quoted_strings_can_be_null=False)
     # cut between rows and parsed a chunk at a time, so no reader buffer boundary falls inside a value
-    chunks = iter_row_chunks(io.BytesIO(data), CSV_BLOCK)
+    chunks: Iterator[Chunk] = iter_row_chunks(io.BytesIO(data), CSV_BLOCK)
     start = 0
     if about["include_header"]:
         first = next(chunks, b"")
@@ -113,14 +123,15 @@ def _json_texts(data: bytes, kind: str, table: TableDef) -> dict[str, pa.Array]:
     # split on LF only: str.splitlines would also split at U+2028, U+2029 and U+0085, which values hold unescaped
     lines = [json.loads(line) for line in data.split(b"\n") if line.strip()]
     names = [c.name for c in table.columns]
-    if kind != ROWS:
+    if kind != KIND_ROWS:
         return {n: pa.array([row.get(n) for row in lines], pa.string()) for n in names}
     out: dict[str, pa.Array] = {"opType": pa.array([e["opType"] for e in lines], pa.string())}
     for n in names:
         codes = [int(e["exists"][n]) for e in lines]
         out[f"{n}__exists"] = pa.array([str(c) for c in codes], pa.string())
-        out[f"{n}__new"] = pa.array([e["after"][n] if c & NEW else None for e, c in zip(lines, codes)], pa.string())
-        out[f"{n}__old"] = pa.array([e["before"][n] if c & OLD else None for e, c in zip(lines, codes)], pa.string())
+        out[f"{n}__new"] = pa.array([e["after"][n] if c & NEW else None for e, c in zip(lines, codes, strict=True)], pa.string())
+        out[f"{n}__old"] = pa.array([e["before"][n] if c & OLD else None for e, c in zip(lines, codes, strict=True)],
+                                    pa.string())
     return out
 
 
@@ -136,9 +147,9 @@ def _convert(text: pa.Array, table: TableDef, name: str) -> pa.Array:
 def _typed(texts: dict[str, pa.Array], kind: str, table: TableDef) -> tuple[ChangeEvents, pa.Table | None]:
     names = [c.name for c in table.columns]
     schema = data_schema(table)
-    if kind != ROWS:
+    if kind != KIND_ROWS:
         rows = pa.Table.from_arrays([_convert(texts[n], table, n) for n in names], schema=schema)
-        return ChangeEvents(pa.array([SNAPSHOT_OP] * rows.num_rows, pa.string()),
+        return ChangeEvents(pa.array([EVENT_SNAPSHOT] * rows.num_rows, pa.string()),
                             pa.Table.from_arrays([pa.nulls(rows.num_rows, f.type) for f in schema], schema=schema),
                             rows), None
     before = pa.Table.from_arrays([_convert(texts[f"{n}__old"], table, n) for n in names], schema=schema)
@@ -146,7 +157,7 @@ def _typed(texts: dict[str, pa.Array], kind: str, table: TableDef) -> tuple[Chan
     exists = pa.table({n: texts[f"{n}__exists"].cast(pa.int8()) for n in names})
     op = texts["opType"]
     for name in table.key_columns:  # minimal images hold an update's key in Old only; an update keeps its key
-        keep_old = pc.and_(pc.equal(op, UPDATE), pc.equal(exists.column(name), OLD))
+        keep_old = pc.and_(pc.equal(op, EVENT_UPDATE), pc.equal(exists.column(name), OLD))
         i = after.column_names.index(name)
         after = after.set_column(i, name, pc.if_else(keep_old, before.column(name), after.column(name)))
     return ChangeEvents(op, before, after), exists
@@ -167,20 +178,20 @@ def apply(state: dict[str, Row], changes: VersionChanges) -> set[str]:
     A snapshot replaces every row. An update sets the columns its New image holds (all, for full images)."""
     events, table = changes.events, changes.table
     ops = events.op.to_pylist()
-    if changes.kind != ROWS:
+    if changes.kind != KIND_ROWS:
         state.clear()
-        state.update(zip(_keys(events.after, table), events.after.to_pylist()))
+        state.update(zip(_keys(events.after, table), events.after.to_pylist(), strict=True))
         return set(state)
     before_keys, after_keys = _keys(events.before, table), _keys(events.after, table)
     afters = events.after.to_pylist()
     exists = changes.exists.to_pylist() if changes.exists is not None else [None] * len(ops)
     touched: set[str] = set()
     for i, op in enumerate(ops):
-        key = after_keys[i] if op == INSERT else before_keys[i]  # minimal images carry the key in Old only
+        key = after_keys[i] if op == EVENT_INSERT else before_keys[i]  # minimal images carry the key in Old only
         touched.add(key)
-        if op == INSERT:
+        if op == EVENT_INSERT:
             state[key] = afters[i]
-        elif op == DELETE:
+        elif op == EVENT_DELETE:
             state.pop(key, None)
         else:
             row = dict(state.get(key, afters[i]))
@@ -201,7 +212,7 @@ def net_events(start: dict[str, Row], end: dict[str, Row], keys: set[str], table
         a, b = start.get(key), end.get(key)
         if a == b:
             continue
-        ops.append(INSERT if a is None else DELETE if b is None else UPDATE)
+        ops.append(EVENT_INSERT if a is None else EVENT_DELETE if b is None else EVENT_UPDATE)
         before.append(a)
         after.append(b)
     empty = {n: None for n in schema.names}
@@ -217,7 +228,8 @@ def is_full(changes: VersionChanges) -> bool:
     ops = changes.events.op
     for name in changes.exists.column_names:
         codes = changes.exists.column(name)
-        expected = pc.if_else(pc.equal(ops, INSERT), NEW, pc.if_else(pc.equal(ops, DELETE), OLD, BOTH)).cast(pa.int8())
+        expected = pc.if_else(pc.equal(ops, EVENT_INSERT), NEW,
+                              pc.if_else(pc.equal(ops, EVENT_DELETE), OLD, BOTH)).cast(pa.int8())
         if not pc.all(pc.equal(codes, expected)).as_py():
             return False
     return True
@@ -242,23 +254,23 @@ def net_between(storage: Storage, prefix: str, start: int, end: int) -> tuple[Ch
     if not versions:
         raise MissingChanges(f"no versions after {start} up to {end}")
     table = versions[-1].table
-    if all(v.kind == ROWS and is_full(v) for v in versions):  # collapse: first before image, last after image
+    if all(v.kind == KIND_ROWS and is_full(v) for v in versions):  # collapse: first before image, last after image
         first: dict[str, Row] = {}
         last: dict[str, Row | None] = {}
         for v in versions:
             ops = v.events.op.to_pylist()
             befores, afters = v.events.before.to_pylist(), v.events.after.to_pylist()
             for key_b, key_a, op, b, a in zip(_keys(v.events.before, table), _keys(v.events.after, table), ops,
-                                              befores, afters):
-                key = key_a if op == INSERT else key_b
-                if key not in last and op != INSERT:
+                                              befores, afters, strict=True):
+                key = key_a if op == EVENT_INSERT else key_b
+                if key not in last and op != EVENT_INSERT:
                     first[key] = b
-                last[key] = None if op == DELETE else a
+                last[key] = None if op == EVENT_DELETE else a
         return net_events(first, {k: r for k, r in last.items() if r is not None}, set(last), table), table
     # a snapshot in the range, or minimal images: replay from the latest snapshot at or before `start`
     # (version 0 is the table before it existed: empty)
     origin = start
-    while origin > 0 and _kind(storage, prefix, origin) == ROWS:
+    while origin > 0 and _kind(storage, prefix, origin) == KIND_ROWS:
         origin -= 1
     if origin == 0 and start > 0:
         raise MissingChanges(f"no snapshot at or before version {start} to replay from")
@@ -269,6 +281,6 @@ def net_between(storage: Storage, prefix: str, start: int, end: int) -> tuple[Ch
     touched: set[str] = set()
     for v in versions:
         touched |= apply(state, v)
-        if v.kind != ROWS:
+        if v.kind != KIND_ROWS:
             touched |= set(at_start)
     return net_events(at_start, state, touched, table), table

@@ -1,11 +1,10 @@
 """The change-file settings of a request's configuration (form fields `changes*`), validated once per request.
 
-They travel to Spark tasks as plain JSON, so they are a frozen dataclass with to_json/from_json.
+A frozen dataclass: Spark tasks receive it with their job's context (spark_jobs.contracts.JobContext).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 from destination.errors import UserActionRequired
 
@@ -32,13 +31,6 @@ class ChangeSettings:
     def is_arcion(self) -> bool:
         """Arcion events carry running operation totals, so their files are formatted in a second pass."""
         return self.format in (ARCION_CSV, ARCION_JSON)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @staticmethod
-    def from_json(data: dict[str, Any]) -> "ChangeSettings":
-        return ChangeSettings(**data)
 
 
 def _flag(configuration: dict[str, str], name: str) -> bool:

@@ -10,8 +10,8 @@ import pyarrow as pa
 from destination.changes import cdf
 from destination.changes.arcion import value_text
 from destination.changes.reader import net_between, read_range
-
 from destination.errors import DestinationError, UserActionRequired
+from destination.settings import s3_credentials
 from destination.storage.base import Storage, StorageSpec, open_storage
 from destination.table_store.datafiles import align, read_data_file
 from destination.table_store.store import TableStore
@@ -21,9 +21,9 @@ def open_root(root: str, s3: dict[str, str]) -> Storage:
     """The storage at `root`; a local root must exist (opening it for writes would create it)."""
     if not root.startswith("s3://") and not os.path.isdir(root):
         raise UserActionRequired(f"the root directory {root!r} does not exist")
+    access_key_id, secret_access_key = s3_credentials()
     spec = StorageSpec(root=root, s3_endpoint=s3.get("s3_endpoint", ""), s3_region=s3.get("s3_region", ""),
-                       access_key_id=os.environ.get("AWS_ACCESS_KEY_ID", ""),
-                       secret_access_key=os.environ.get("AWS_SECRET_ACCESS_KEY", ""))
+                       access_key_id=access_key_id, secret_access_key=secret_access_key)
     return open_storage(spec)
 
 
@@ -44,7 +44,8 @@ def list_tables(root: str, s3: dict[str, str]) -> int:
             if current is None:
                 continue
             latest = store.latest_version_number(store.table_prefix(schema, table))
-            note = f"  versions after {current.version} lack files: run `repair {schema}.{table}`" if latest > current.version else ""
+            note = (f"  versions after {current.version} lack files: run `repair {schema}.{table}`"
+                    if latest > current.version else "")
             print(f"{schema:<24} {table:<32} {current.version:>8} {current.rows:>12} {len(current.files):>6}{note}")
     return 0
 
@@ -105,7 +106,8 @@ def show_changes(root: str, name: str, start: int, end: int | None, net: bool, l
             events, _table = net_between(store.storage, prefix, start, end)
             rows = cdf.change_rows(events, end, 0).drop_columns([cdf.COMMIT_TIMESTAMP])
         else:
-            parts = [cdf.change_rows(v.events, v.version, v.timestamp_us) for v in read_range(store.storage, prefix, start + 1, end)]
+            parts = [cdf.change_rows(v.events, v.version, v.timestamp_us)
+                     for v in read_range(store.storage, prefix, start + 1, end)]
             rows = pa.concat_tables(parts, promote_options="permissive")
     except DestinationError as exc:
         print(f"error: {exc}")

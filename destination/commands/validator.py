@@ -84,7 +84,7 @@ def _check_manifest(storage: Storage, directory: str, data_files: list[str]) -> 
     entries = manifest.get("entries", [])
     problems = [] if entries else [f"{records.MANIFEST}: no entries (an empty table needs one zero-row file)"]
     listed = [str(e.get("url", "")).rsplit("/", 1)[-1] for e in entries]
-    for name, entry in zip(listed, entries):
+    for name, entry in zip(listed, entries, strict=True):
         if entry.get("url") != storage.url(f"{directory}/{name}"):
             problems.append(f"{records.MANIFEST}: URL {entry.get('url')!r} is not the absolute URL of {name}")
         if entry.get("mandatory") is not True:

@@ -15,9 +15,9 @@ if _HERE not in sys.path:
     sys.path.append(_HERE)
 
 try:
-    import common_pb2 as common  # noqa: E402
-    import destination_sdk_pb2 as sdk  # noqa: E402
-    import destination_sdk_pb2_grpc as sdk_grpc  # noqa: E402
+    import common_pb2 as common
+    import destination_sdk_pb2 as sdk
+    import destination_sdk_pb2_grpc as sdk_grpc
 except ImportError as exc:  # pragma: no cover - only on a broken install
     raise ImportError(
         "The fivetran_sdk.v2 stubs are missing: they are generated from protos/ when the package is "

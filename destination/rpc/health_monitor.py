@@ -6,11 +6,10 @@ its reason changes, never one per check.
 """
 from __future__ import annotations
 
-import os
 import threading
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from grpc_health.v1 import health, health_pb2
 
@@ -28,9 +27,9 @@ _STARTING = "the server is starting"
 _STOPPING = "the server is stopping"
 
 
-def check_interval() -> float:
-    """Seconds between checks: RECORDS_DESTINATION_HEALTH_INTERVAL, kept within [0.1, 60]."""
-    seconds = float(os.environ.get("RECORDS_DESTINATION_HEALTH_INTERVAL", INTERVAL_SECONDS))
+def check_interval(seconds: float = INTERVAL_SECONDS) -> float:
+    """Seconds between checks (ServerOptions.health_interval, RECORDS_DESTINATION_HEALTH_INTERVAL), kept within
+    [0.1, 60]."""
     return min(MAX_INTERVAL_SECONDS, max(MIN_INTERVAL_SECONDS, seconds))
 
 

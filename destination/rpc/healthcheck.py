@@ -1,4 +1,4 @@
-"""`python -m destination.healthcheck HOST:PORT`: exit 0 when the gRPC health service says SERVING."""
+"""`python -m destination.rpc.healthcheck HOST:PORT`: exit 0 when the gRPC health service says SERVING."""
 from __future__ import annotations
 
 import sys

@@ -45,11 +45,11 @@ def table_to_proto(table: TableDef) -> common.Table:
     return out
 
 
-def file_format(params: sdk.FileParams, kind: str) -> FileFormat:
+def file_format(params: sdk.FileParams) -> FileFormat:
+    """The request's file parameters (the files' kind, CSV or Parquet, is decided by destination.write.batches)."""
     return FileFormat(
         encrypted=params.encryption == sdk.Encryption.Value("AES"),
         compression=sdk.Compression.Name(params.compression),
         null_string=params.null_string,
         unmodified_string=params.unmodified_string,
-        kind=kind,
     )

@@ -1,7 +1,6 @@
 """The gRPC server: IPv4 + IPv6, 128 MB messages, health and reflection, graceful SIGTERM."""
 from __future__ import annotations
 
-import os
 import signal
 import threading
 from concurrent import futures
@@ -11,17 +10,18 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from destination import logs
-from destination.rpc.health_monitor import HealthMonitor, check_interval, root_check, spark_check
 from destination.protocol import sdk, sdk_grpc
+from destination.rpc.configuration import storage_spec
+from destination.rpc.health_monitor import HealthMonitor, check_interval, root_check, spark_check
 from destination.rpc.service import DestinationService
-from destination.settings import ServerOptions, storage_spec
+from destination.settings import ServerOptions
 
 MAX_MESSAGE = 128 * 1024 * 1024
-GRACE_SECONDS = 60.0
 SERVICE_NAME = "fivetran_sdk.v2.DestinationConnector"
 
 
-def build_server(options: ServerOptions, port: int, workers: int = 8) -> tuple[grpc.Server, health.HealthServicer, DestinationService, int]:
+def build_server(options: ServerOptions, port: int,
+                 workers: int = 8) -> tuple[grpc.Server, health.HealthServicer, DestinationService, int]:
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rpc"),
         options=[("grpc.max_send_message_length", MAX_MESSAGE), ("grpc.max_receive_message_length", MAX_MESSAGE),
@@ -53,17 +53,12 @@ def build_server(options: ServerOptions, port: int, workers: int = 8) -> tuple[g
     return server, health_servicer, service, bound
 
 
-def grace_seconds() -> float:
-    """How long in-flight calls may run after SIGTERM: RECORDS_DESTINATION_GRACE_SECONDS (default 60)."""
-    return float(os.environ.get("RECORDS_DESTINATION_GRACE_SECONDS", GRACE_SECONDS))
-
-
 def serve(options: ServerOptions, port: int) -> int:
     server, health_servicer, service, bound = build_server(options, port)
     server.start()
     logs.info(f"listening on port {bound} (IPv4 and IPv6); tables under {options.root}; starting Spark ({options.spark_master})")
     stopping = threading.Event()
-    grace = grace_seconds()
+    grace = options.grace_seconds  # RECORDS_DESTINATION_GRACE_SECONDS
 
     def on_signal(signum: int, _frame: object) -> None:
         logs.info(f"received signal {signum}: finishing in-flight calls (up to {grace:g}s), then stopping")
@@ -73,7 +68,8 @@ def serve(options: ServerOptions, port: int) -> int:
     signal.signal(signal.SIGINT, on_signal)
     # the first check starts Spark; later ones start a new session when its JVM died
     monitor = HealthMonitor(health_servicer, ("", SERVICE_NAME),
-                            [spark_check(service.spark), root_check(storage_spec({}, options))], check_interval())
+                            [spark_check(service.spark), root_check(storage_spec({}, options))],
+                            check_interval(options.health_interval))
     monitor.start()
     stopping.wait()
     monitor.stop()

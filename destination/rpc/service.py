@@ -12,44 +12,52 @@ import threading
 import time
 import traceback
 import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import grpc
 
 from destination import logs
 from destination.changes.settings import change_settings
 from destination.conversion import failure_summary
-from destination.errors import (BadRequest, CommitConflict, DestinationError, StorageUnavailable, Unavailable,
-                                UserActionRequired, scrub)
-from destination.write.migrations import migrate, migration_target
-from spark_jobs.operations import plan_batch
+from destination.errors import (
+    BadRequest,
+    CommitConflict,
+    DestinationError,
+    Unavailable,
+    UserActionRequired,
+    cause_text,
+    scrub,
+)
 from destination.protocol import common, sdk, sdk_grpc
+from destination.rpc.configuration import TEST_SPARK, TEST_STORAGE, configuration_form, storage_spec, unknown_fields_message
 from destination.rpc.proto_convert import file_format, table_from_proto, table_to_proto
-from destination.settings import (TEST_SPARK, TEST_STORAGE, ServerOptions, configuration_form, storage_spec,
-                                  unknown_fields_message)
+from destination.settings import ServerOptions
 from destination.storage.base import StorageSpec, open_storage
-from destination.storage.s3 import is_transient_arrow_error
+from destination.storage.s3 import transient_error
 from destination.table_model import DELETED
 from destination.table_store.store import AlreadyApplied, TableLocks, TableStore
-from destination.write.write_path import WritePath
+from destination.write.batches import WRITE_BATCH, WRITE_HISTORY_BATCH, check_mode, files_format, plan_batch, ships_bytes
+from destination.write.migrations import migrate, migration_target
 from destination.write.session import get_session, trivial_job
-
+from destination.write.write_path import WritePath
 
 TARGET_LOCK_SECONDS = 600.0
 
 
 @contextmanager
 def _transient_storage_errors() -> Iterator[None]:
-    """pyarrow's S3 failures in this process (Spark tasks' come through write_path) that outlasted its retries:
-    StorageUnavailable, a retryable answer, rather than an unexpected error."""
+    """pyarrow's S3 failures in this process (Spark tasks return theirs as values: spark_jobs.boundary) that
+    outlasted its retries: StorageUnavailable, a retryable answer, rather than an unexpected error."""
     try:
         yield
     except OSError as exc:
-        if not is_transient_arrow_error(str(exc)):
+        unavailable = transient_error(exc)
+        if unavailable is None:
             raise
-        raise StorageUnavailable(f"object storage stayed unreachable through the retries: {scrub(str(exc))}") from None
+        raise unavailable from None
 
 
 @dataclass
@@ -69,7 +77,7 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
     # ---- plumbing ----------------------------------------------------------------------
 
     def spark(self) -> Any:
-        return get_session(self.options.spark_master)
+        return get_session(self.options.spark_master, self.options.driver_memory, self.options.spark_event_log)
 
     def backend(self, configuration: Any) -> Backend:
         """The store of the configuration's root (one per root, kept) and a writer with its change settings."""
@@ -81,7 +89,7 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
             store = self._stores.get(spec)
             if store is None:
                 store = self._stores[spec] = TableStore(open_storage(spec))
-        return Backend(store, WritePath(store, self.spark, changes))
+        return Backend(store, WritePath(store, self.spark, changes, self.options.small_request_bytes))
 
     def _warn_unknown_fields(self, config: dict[str, str]) -> None:
         """Once per distinct set of unknown fields: every request carries the configuration."""
@@ -135,7 +143,7 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
     def _rpc(name: str, response: Any, table_of: Callable[[Any], tuple[str, str]]) -> Callable[..., Any]:
         def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
             @functools.wraps(method)
-            def run(self: "DestinationService", request: Any, context: grpc.ServicerContext) -> Any:
+            def run(self: DestinationService, request: Any, context: grpc.ServicerContext) -> Any:
                 schema, table = table_of(request)
                 label = f"[{name}] {schema}.{table}"
                 started = time.monotonic()
@@ -144,22 +152,23 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
                     with self.locks.hold(backend.store.storage.spec.root, schema, table), _transient_storage_errors():
                         result, detail = method(self, request, backend, schema, table)
                 except (UserActionRequired, CommitConflict) as exc:
-                    logs.warning(f"{label}: {exc}")
+                    logs.warning(f"{label}: {exc}{_causes(exc)}")
                     message = getattr(exc, "task_message", exc)  # RefusedChange: with an example key, not logged
                     return response(task=common.Task(message=f"{name} {schema}.{table}: {message}"))
                 except Unavailable as exc:  # transient: Fivetran retries the request
-                    logs.warning(f"{label}: {exc}")
+                    logs.warning(f"{label}: {exc}{_causes(exc)}")
                     context.abort(grpc.StatusCode.UNAVAILABLE, f"{name} {schema}.{table}: {exc}")
                 except BadRequest as exc:
-                    logs.warning(f"{label}: rejected: {exc}")
+                    logs.warning(f"{label}: rejected: {exc}{_causes(exc)}")
                     context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{name} {schema}.{table}: {exc}")
                 except DestinationError as exc:
-                    logs.severe(f"{label}: {exc}")
+                    logs.severe(f"{label}: {exc}{_causes(exc)}")
                     context.abort(grpc.StatusCode.INTERNAL, f"{name} {schema}.{table}: {exc}")
                 except Exception as exc:
                     where = "".join(traceback.format_tb(exc.__traceback__, limit=-3)).replace("\n", " | ")
                     logs.severe(f"{label}: unexpected {type(exc).__name__}: {scrub(str(exc))} at {where}")
-                    context.abort(grpc.StatusCode.INTERNAL, f"{name} {schema}.{table}: unexpected {type(exc).__name__}: {scrub(str(exc))}")
+                    context.abort(grpc.StatusCode.INTERNAL,
+                                  f"{name} {schema}.{table}: unexpected {type(exc).__name__}: {scrub(str(exc))}")
                 logs.info(f"{label}: {detail} in {time.monotonic() - started:.3f}s")
                 return result
             return run
@@ -202,26 +211,15 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
     def _write(self, rpc: str, request: Any, backend: Backend, schema: str, table: str,
                files: dict[str, list[str]]) -> tuple[Any, str]:
         """WriteBatch and WriteHistoryBatch: same decoding and store; the merge follows the table's mode."""
-        current = backend.store.load(schema, table)
-        if current is None:
-            raise UserActionRequired("the table does not exist; CreateTable must come first")
-        history = rpc == "WriteHistoryBatch"
-        if current.table.is_history != history:
-            mode = "history mode" if current.table.is_history else "not in history mode"
-            raise UserActionRequired(f"the table is {mode} but {rpc} was called; migrate the table's sync mode "
-                                     "(Migrate table_sync_mode_migration) or re-create it in the right mode")
-        requested = table_from_proto(request.table)
-        current = backend.writer.ensure_columns(schema, current, list(requested.columns))
-        kind = self.options.batch_file_format
-        if any(".parquet" in os.path.basename(p) for paths in files.values() for p in paths):
-            kind = "parquet"
-        # executors of a Spark cluster cannot read this machine's disk: the files' bytes travel with the job
-        ship_bytes = not self.options.spark_master.startswith("local")
-        plan = plan_batch(files, dict(request.keys), file_format(request.file_params, kind), ship_bytes)
+        current = check_mode(backend.store.load(schema, table), rpc)
+        backend.writer.ensure_columns(schema, current, list(table_from_proto(request.table).columns))
+        fmt = files_format(files, file_format(request.file_params), self.options.batch_file_format)
+        plan = plan_batch(files, dict(request.keys), fmt, ships_bytes(self.options.spark_master))
         try:
             outcome = backend.writer.write_batch(schema, table, plan, rpc)
         except AlreadyApplied as done:
-            return sdk.WriteBatchResponse(success=True), f"{len(plan.files)} files already applied in version {done.version} (retried request)"
+            return (sdk.WriteBatchResponse(success=True),
+                    f"{len(plan.files)} files already applied in version {done.version} (retried request)")
         for failure, count in sorted(outcome.failures_by_column.items()):
             logs.warning(f"[{rpc}] {schema}.{table}: {failure_summary(failure, count)}")
         return sdk.WriteBatchResponse(success=True), (f"{outcome.rows} rows from {len(plan.files)} files: "
@@ -230,13 +228,13 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
 
     @_rpc("WriteBatch", sdk.WriteBatchResponse, lambda r: (r.schema_name, r.table.name))
     def WriteBatch(self, request: Any, backend: Backend, schema: str, table: str) -> tuple[Any, str]:
-        return self._write("WriteBatch", request, backend, schema, table, {
+        return self._write(WRITE_BATCH, request, backend, schema, table, {
             "replace": list(request.replace_files), "update": list(request.update_files),
             "delete": list(request.delete_files)})
 
     @_rpc("WriteHistoryBatch", sdk.WriteBatchResponse, lambda r: (r.schema_name, r.table.name))
     def WriteHistoryBatch(self, request: Any, backend: Backend, schema: str, table: str) -> tuple[Any, str]:
-        return self._write("WriteHistoryBatch", request, backend, schema, table, {
+        return self._write(WRITE_HISTORY_BATCH, request, backend, schema, table, {
             "earliest": list(request.earliest_start_files), "replace": list(request.replace_files),
             "update": list(request.update_files), "delete": list(request.delete_files)})
 
@@ -251,3 +249,9 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         if not outcome.supported:
             return sdk.MigrateResponse(unsupported=True), outcome.detail
         return sdk.MigrateResponse(success=True), outcome.detail
+
+
+def _causes(exc: BaseException) -> str:
+    """`; caused by …` for the log line of an error raised from another (a Spark task's, a library's)."""
+    text = cause_text(exc)
+    return f"; caused by {text}" if text else ""

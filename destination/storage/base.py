@@ -3,17 +3,24 @@
 Paths are relative, `/`-separated keys below the root. Methods raise
 FileNotFoundError for a missing object, FileExistsError only from
 `create_exclusive` (as False), and `StorageError` (a Task) for anything the
-user must fix: unreachable endpoint, bad credentials, missing bucket.
+user must fix: unreachable endpoint, bad credentials, missing bucket, a path
+that cannot be written. Backends translate their library's errors into these;
+a StorageError names the path and the cause, never the credentials.
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.fs as pafs
+
+from destination.errors import StorageError, scrub
+
+S3_RETRY_ATTEMPTS = 6  # attempts per S3 call, the first included
 
 
 @dataclass(frozen=True)
@@ -25,6 +32,7 @@ class StorageSpec:
     s3_region: str = ""
     access_key_id: str = ""
     secret_access_key: str = ""
+    s3_retry_attempts: int = S3_RETRY_ATTEMPTS  # per S3 call (driver and tasks), at least 1
 
     @property
     def is_s3(self) -> bool:
@@ -95,11 +103,30 @@ class Storage(ABC):
     @abstractmethod
     def arrow_path(self, path: str) -> str: ...
 
-    def open_output(self, path: str) -> pa.NativeFile:
-        return self.arrow_fs.open_output_stream(self.arrow_path(path))
+    @contextmanager
+    def open_output(self, path: str) -> Iterator[pa.NativeFile]:
+        """A stream writing the object at `path`, complete when the block ends. StorageError when it cannot be
+        opened, written or closed."""
+        with self.translated("write", path), self.arrow_fs.open_output_stream(self.arrow_path(path)) as sink:
+            yield sink
 
-    def open_input(self, path: str) -> pa.NativeFile:
-        return self.arrow_fs.open_input_file(self.arrow_path(path))
+    @contextmanager
+    def open_input(self, path: str) -> Iterator[pa.NativeFile]:
+        """A random-access reader of the object at `path`. FileNotFoundError when it is missing, StorageError when
+        it cannot be read."""
+        with self.translated("read", path), self.arrow_fs.open_input_file(self.arrow_path(path)) as source:
+            yield source
+
+    @contextmanager
+    def translated(self, action: str, path: str) -> Iterator[None]:
+        """Within the block, an OSError of the storage library (pyarrow's, the operating system's) becomes the
+        contract's StorageError, chained to it; FileNotFoundError stays what it is."""
+        try:
+            yield
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise StorageError(f"{action} of {self.url(path)} failed: {_reason(exc)}") from exc
 
 
 def open_storage(spec: StorageSpec) -> Storage:
@@ -118,3 +145,11 @@ def _s3_storage(spec: StorageSpec) -> Storage:
     from destination.storage.s3 import S3Storage
 
     return S3Storage(spec)
+
+
+def _reason(exc: OSError) -> str:
+    """An OSError's cause in words: the system's text when it has one, else the library's (scrubbed)."""
+    if exc.strerror:
+        return exc.strerror
+    lines = str(exc).strip().splitlines()
+    return scrub(lines[0]) if lines else type(exc).__name__

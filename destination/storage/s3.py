@@ -5,14 +5,16 @@ StorageError messages naming the bucket and the cause (never the credentials).
 
 Transient failures (connection refused or reset, timeouts, 5xx, throttling) are retried with exponential backoff by
 both clients (botocore's standard retry mode, the AWS SDK's standard strategy in pyarrow), up to
-RECORDS_DESTINATION_S3_RETRY_ATTEMPTS attempts per call; when those are spent they become StorageUnavailable (gRPC
+RECORDS_DESTINATION_S3_RETRY_ATTEMPTS attempts per call (read once by destination.settings, carried by
+StorageSpec into Spark tasks); when those are spent they become StorageUnavailable (gRPC
 UNAVAILABLE, retried by Fivetran). Only what a user must fix (credentials, bucket, permissions) is a StorageError.
 """
 from __future__ import annotations
 
-import os
 import re
-from typing import Any, Callable, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 import boto3
@@ -21,7 +23,7 @@ import botocore.exceptions
 import botocore.utils
 import pyarrow.fs as pafs
 
-from destination.errors import DestinationError, StorageError, StorageUnavailable
+from destination.errors import DestinationError, StorageError, StorageUnavailable, scrub
 from destination.storage.base import ObjectInfo, Storage, StorageSpec
 
 T = TypeVar("T")
@@ -33,7 +35,6 @@ _HINTS = {
     "403": "access denied; check the credentials and the bucket policy",
     "404": "not found; check the bucket name in `root`",
 }
-RETRY_ATTEMPTS = 6  # per call, the first included; botocore waits a random 0..2^n s (at most 20 s) before retry n
 _TRANSIENT_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestThrottled", "RequestTimeout",
                     "InternalError", "ServiceUnavailable"}
 # pyarrow's S3 errors, as text (they reach the driver inside Spark's Java exceptions): the AWS SDK's retryable kinds
@@ -41,14 +42,24 @@ _ARROW_TRANSIENT = re.compile(r"AWS Error (NETWORK_CONNECTION|SLOW_DOWN|SERVICE_
                               r"THROTTLING|REQUEST_TIMEOUT)\b")
 
 
-def retry_attempts() -> int:
-    """Attempts per S3 call (RECORDS_DESTINATION_S3_RETRY_ATTEMPTS, at least 1)."""
-    return max(1, int(os.environ.get("RECORDS_DESTINATION_S3_RETRY_ATTEMPTS", RETRY_ATTEMPTS)))
+def retry_attempts(spec: StorageSpec) -> int:
+    """Attempts per S3 call (StorageSpec.s3_retry_attempts: RECORDS_DESTINATION_S3_RETRY_ATTEMPTS, at least 1);
+    botocore waits a random 0..2^n s (at most 20 s) before retry n."""
+    return max(1, spec.s3_retry_attempts)
 
 
 def is_transient_arrow_error(text: str) -> bool:
     """True for pyarrow S3 failure text that retrying later can cure (network, throttling, 5xx)."""
     return _ARROW_TRANSIENT.search(text) is not None
+
+
+def transient_error(exc: BaseException) -> StorageUnavailable | None:
+    """pyarrow's S3 failure (an OSError) that outlasted its retries and that retrying later can cure, as
+    StorageUnavailable; None for anything else. Spark tasks return it as a value (spark_jobs.boundary), the
+    driver's RPC layer uses it for pyarrow calls of its own: both answer gRPC UNAVAILABLE."""
+    if isinstance(exc, OSError) and not isinstance(exc, DestinationError) and is_transient_arrow_error(str(exc)):
+        return StorageUnavailable(f"object storage stayed unreachable through the retries: {scrub(str(exc))}")
+    return None
 
 
 def _is_transient_client_error(exc: botocore.exceptions.ClientError) -> bool:
@@ -68,7 +79,7 @@ def endpoint_url(endpoint: str) -> str | None:
     url = endpoint if "://" in endpoint else "http://" + endpoint
     parsed = urlparse(url)
     try:
-        parsed.port  # raises on a port that is not a number in range
+        _ = parsed.port  # raises on a port that is not a number in range
     except ValueError:
         raise _bad_endpoint(endpoint) from None
     # botocore's own host check, which otherwise fails later with a bare "ValueError: Invalid endpoint"
@@ -95,7 +106,7 @@ class S3Storage(Storage):
             aws_access_key_id=spec.access_key_id or None,
             aws_secret_access_key=spec.secret_access_key or None,
             config=botocore.config.Config(
-                retries={"total_max_attempts": retry_attempts(), "mode": "standard"},
+                retries={"total_max_attempts": retry_attempts(spec), "mode": "standard"},
                 connect_timeout=5, read_timeout=60,
                 s3={"addressing_style": "path"} if endpoint else None,
             ),
@@ -111,7 +122,7 @@ class S3Storage(Storage):
     def _error(self, what: str, exc: Exception) -> DestinationError:
         """Translate a botocore failure (after botocore's retries) into StorageUnavailable when it is transient,
         else a StorageError naming the bucket and the cause."""
-        attempts = f"after {retry_attempts()} attempts"
+        attempts = f"after {retry_attempts(self.spec)} attempts"
         if isinstance(exc, botocore.exceptions.ClientError):
             code = str(exc.response.get("Error", {}).get("Code", ""))
             hint = _HINTS.get(code) or exc.response.get("Error", {}).get("Message", "") or code
@@ -180,7 +191,8 @@ class S3Storage(Storage):
             raise self._error(f"lookup of {key!r}", exc) from None
 
     def _pages(self, prefix: str, delimiter: str | None) -> Iterator[dict[str, Any]]:
-        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self._key(prefix).rstrip("/") + "/" if prefix else (self.prefix + "/" if self.prefix else "")}
+        start = self._key(prefix).rstrip("/") + "/" if prefix else (self.prefix + "/" if self.prefix else "")
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": start}
         if delimiter:
             kwargs["Delimiter"] = delimiter
         paginator = self.client.get_paginator("list_objects_v2")
@@ -225,7 +237,8 @@ class S3Storage(Storage):
         keys = [self._key(o.path) for o in self.list_recursive(prefix)]
         for i in range(0, len(keys), 1000):
             chunk = [{"Key": k} for k in keys[i:i + 1000]]
-            self._call("bulk delete", lambda: self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": chunk, "Quiet": True}))
+            self._call("bulk delete", partial(self.client.delete_objects, Bucket=self.bucket,
+                                              Delete={"Objects": chunk, "Quiet": True}))
 
     def copy(self, src: str, dst: str) -> None:
         s, d = self._key(src), self._key(dst)
@@ -234,7 +247,8 @@ class S3Storage(Storage):
 
     def size(self, path: str) -> int:
         key = self._key(path)
-        return int(self._call(f"lookup of {key!r}", lambda: self.client.head_object(Bucket=self.bucket, Key=key))["ContentLength"])
+        head = self._call(f"lookup of {key!r}", lambda: self.client.head_object(Bucket=self.bucket, Key=key))
+        return int(head["ContentLength"])
 
     def url(self, path: str) -> str:
         return f"s3://{self.bucket}/{self._key(path)}"
@@ -244,7 +258,7 @@ class S3Storage(Storage):
         if self._fs is None:
             endpoint = self._endpoint
             kwargs: dict[str, Any] = {"region": self.spec.s3_region or "us-east-1",
-                                      "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=retry_attempts())}
+                                      "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=retry_attempts(self.spec))}
             if self.spec.access_key_id:
                 kwargs["access_key"] = self.spec.access_key_id
                 kwargs["secret_key"] = self.spec.secret_access_key

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import decimal
 import math
-from dataclasses import asdict, dataclass
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -26,9 +27,10 @@ WRITE_OPTIONS: dict[str, Any] = {"compression": PARQUET_COMPRESSION, "coerce_tim
                                  "allow_truncated_timestamps": False, "store_schema": False}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DataFile:
-    """Per-file statistics kept in `_files.json`; timestamps are epoch microseconds."""
+    """Per-file statistics kept in `_files.json`; timestamps are epoch microseconds. Keyword-only: a copy under
+    another name is `dataclasses.replace(f, name=…)`, which keeps every statistic."""
 
     name: str
     rows: int
@@ -42,7 +44,7 @@ class DataFile:
         return asdict(self)
 
     @staticmethod
-    def from_json(data: dict[str, Any]) -> "DataFile":
+    def from_json(data: dict[str, Any]) -> DataFile:
         return DataFile(**data)
 
 
@@ -121,6 +123,8 @@ def may_hold(ops: pa.Table, key_range: dict[str, list[Any]] | None, table_def: T
         if col.name not in key_range:
             continue
         values = _comparable(ops.column(col.name), col)
+        if values is None:  # a key type that keeps no range does not narrow the file down
+            continue
         lo, hi = (pa.scalar(_bound(v, col), values.type) for v in key_range[col.name])
         within = pc.and_(pc.greater_equal(values, lo), pc.less_equal(values, hi))
         if col.type in ("FLOAT", "DOUBLE"):  # NaN is one key (its token) but outside every range: read the file
@@ -173,7 +177,8 @@ class BucketFiles:
         self.flush_rows = flush_rows
         self._buffers: dict[int, list[pa.Table]] = {}
         self._buffered = 0
-        self._open: dict[int, tuple[str, Any, pq.ParquetWriter]] = {}
+        self._sinks = ExitStack()  # the open output streams, closed by close()
+        self._writers: dict[int, pq.ParquetWriter] = {}
         self._stats: dict[int, DataFile] = {}
 
     def add(self, bucket: int, rows: pa.Table) -> None:
@@ -187,33 +192,36 @@ class BucketFiles:
             self.flush()
 
     def flush(self) -> None:
+        with self.storage.translated("write", self.directory):
+            self._flush()
+
+    def _flush(self) -> None:
         for bucket, parts in self._buffers.items():
             table = pa.concat_tables(parts)
-            if bucket not in self._open:
+            if bucket not in self._writers:
                 name = data_file_name(bucket)
-                sink = self.storage.open_output(f"{self.directory}/{name}")
-                self._open[bucket] = (name, sink, pq.ParquetWriter(sink, self.schema, **WRITE_OPTIONS))
-                self._stats[bucket] = DataFile(name, 0, 0, bucket)
-            self._open[bucket][2].write_table(table, row_group_size=ROW_GROUP_ROWS)
+                sink = self._sinks.enter_context(self.storage.open_output(f"{self.directory}/{name}"))
+                self._writers[bucket] = pq.ParquetWriter(sink, self.schema, **WRITE_OPTIONS)
+                self._stats[bucket] = DataFile(name=name, rows=0, bytes=0, bucket=bucket)
+            self._writers[bucket].write_table(table, row_group_size=ROW_GROUP_ROWS)
             lo, hi = synced_range(table)
             seen = self._stats[bucket]
             rows = key_range(table, self.table_def)
-            self._stats[bucket] = DataFile(seen.name, seen.rows + table.num_rows, 0, bucket,
-                                           _extreme(min, seen.min_synced, lo), _extreme(max, seen.max_synced, hi),
-                                           rows if not seen.rows else union_range(seen.key_range, rows, self.table_def))
+            self._stats[bucket] = replace(
+                seen, rows=seen.rows + table.num_rows, min_synced=_extreme(min, seen.min_synced, lo),
+                max_synced=_extreme(max, seen.max_synced, hi),
+                key_range=rows if not seen.rows else union_range(seen.key_range, rows, self.table_def))
         self._buffers.clear()
         self._buffered = 0
 
     def close(self) -> list[DataFile]:
         self.flush()
-        out = []
-        for bucket, (name, sink, writer) in self._open.items():
-            writer.close()
-            sink.close()
-            stats = self._stats[bucket]
-            out.append(DataFile(name, stats.rows, self.storage.size(f"{self.directory}/{name}"), bucket,
-                                stats.min_synced, stats.max_synced, stats.key_range))
-        return out
+        with self.storage.translated("write", self.directory):
+            for writer in self._writers.values():
+                writer.close()
+            self._sinks.close()
+        return [replace(stats, bytes=self.storage.size(f"{self.directory}/{stats.name}"))
+                for stats in self._stats.values()]
 
 
 def _extreme(pick: Any, a: int | None, b: int | None) -> int | None:

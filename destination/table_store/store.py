@@ -27,15 +27,16 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from destination import logs
-from destination.errors import CommitConflict, StorageError, UserActionRequired, WriteAbandoned
 from destination.changes.metadata import ChangeParts, ChangeSet
+from destination.errors import CommitConflict, StorageError, UserActionRequired, WriteAbandoned
 from destination.storage.base import Storage
 from destination.table_model import TableDef
 from destination.table_store import layout, records
@@ -209,13 +210,13 @@ class TableStore:
         missing = self._missing_files(directory, [*VERSION_METADATA, *(f.name for f in loaded.files)])
         return self._uncommitted(schema, table, n, missing) if missing else loaded
 
-    def _uncommitted(self, schema: str, table: str, n: int, missing: list[str]) -> None:
+    def _uncommitted(self, schema: str, table: str, n: int, missing: list[str]) -> TableVersion | None:
         """A version lacking files is one still being written (None), unless it is committed (IncompleteVersion)."""
         if self.storage.exists(layout.log_path(self.table_prefix(schema, table), n)):
             raise IncompleteVersion(self.storage, schema, table, n, missing)
         return None
 
-    def _missing_files(self, directory: str, names: list[str]) -> list[str]:
+    def _missing_files(self, directory: str, names: Sequence[str]) -> list[str]:
         """Which of `names` (relative to directory) are not there; one listing, not a lookup per file."""
         present = {o.path[len(directory) + 1:] for o in self.storage.list_recursive(directory)}
         return [name for name in names if name not in present]

@@ -13,10 +13,11 @@ import os
 import random
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterator
+from typing import Any
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -248,7 +249,8 @@ class Harness:
             keys[server_path] = key
         return server_path
 
-    def _attach(self, request: Any, table: TesterTable, parts: list[tuple[str, str, list[dict[str, str | None]], list[str]]]) -> None:
+    def _attach(self, request: Any, table: TesterTable,
+                parts: list[tuple[str, str, list[dict[str, str | None]], list[str]]]) -> None:
         """Write each non-empty part as one batch file into the request's file list, with its key."""
         keys: dict[str, bytes] = {}
         for field_name, kind, rows, columns in parts:
@@ -270,9 +272,7 @@ class Harness:
         for name in columns:
             if name in raw:
                 row[name] = text_of(raw[name])
-            elif kind == "upsert":
-                row[name] = None
-            elif kind == "delete":
+            elif kind == "upsert" or kind == "delete":
                 row[name] = None
             else:
                 row[name] = UNMODIFIED_STRING if name not in keys else None
@@ -316,7 +316,7 @@ class Harness:
                 last = i == len(rows) - 1
                 row[END] = TMAX if last else minus_one_ms(rows[i + 1][START] or "")
                 row[ACTIVE] = "true" if last else "false"
-            earliest.append({**{k: v for k, v in zip(table.key_names, key)}, START: rows[0][START]})
+            earliest.append({**dict(zip(table.key_names, key, strict=True)), START: rows[0][START]})
         deletes = []
         for raw in kinds.get("delete", []):
             row = self._row(table, raw, "delete")
@@ -331,8 +331,8 @@ class Harness:
             ("replace_files", "upsert", [r for kind, r in versions if kind == "upsert"], columns),
             ("update_files", "update", [r for kind, r in versions if kind != "upsert"], columns),
             ("delete_files", "delete", deletes, columns)])
-        rows = len(versions) + len(deletes)
-        self._answer("WriteHistoryBatch", f"{table.name} ({rows} rows)", self.stub.WriteHistoryBatch, request)
+        count = len(versions) + len(deletes)
+        self._answer("WriteHistoryBatch", f"{table.name} ({count} rows)", self.stub.WriteHistoryBatch, request)
 
     # ---- schema migrations --------------------------------------------------------------------
 
@@ -392,7 +392,8 @@ def input_files(source: Path) -> list[Path]:
 
 def read_configuration(source: Path, configuration_file: str | None) -> dict[str, str]:
     """--configuration, else the configuration.json beside the input (if any), else none."""
-    path = Path(configuration_file) if configuration_file else (source if source.is_dir() else source.parent) / "configuration.json"
+    folder = source if source.is_dir() else source.parent
+    path = Path(configuration_file) if configuration_file else folder / "configuration.json"
     if not path.is_file():
         if configuration_file:
             raise TesterInputError(f"the configuration file {configuration_file!r} does not exist")

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 _TYPE = common.DataType.Value
 
 
-def migration_request(h: "Harness", op: str, spec: dict[str, Any]) -> tuple[str, Any]:
+def migration_request(h: Harness, op: str, spec: dict[str, Any]) -> tuple[str, Any]:
     table = spec.get("table") or spec.get("from_table") or ""
     if op in ("add_column", "change_column_data_type", "drop_column"):
         t = h.tables[spec["table"]]

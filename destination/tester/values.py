@@ -39,7 +39,7 @@ def text_of(value: Any) -> str | None:
 
 def instant(ms: int) -> str:
     """An ISO instant with Z; the fraction left out when zero, as the tester prints it."""
-    t = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(milliseconds=ms)
+    t = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=ms)
     base = t.strftime("%Y-%m-%dT%H:%M:%S")
     return f"{base}Z" if t.microsecond == 0 else f"{base}.{t.microsecond // 1000:03d}Z"
 
@@ -52,7 +52,7 @@ def parse_instant(text: str) -> dt.datetime:
         digits = len(rest) - len(rest.lstrip("0123456789"))
         text = f"{head}.{rest[:min(digits, 6)].ljust(6, '0')}{rest[digits:]}"
     value = dt.datetime.fromisoformat(text)
-    return value.replace(tzinfo=dt.timezone.utc) if value.tzinfo is None else value.astimezone(dt.timezone.utc)
+    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
 
 
 def minus_one_ms(text: str) -> str:

@@ -8,7 +8,7 @@ The entity key (the key without `_fivetran_start`) is the same in both modes, so
 """
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
 
 import pyarrow as pa
 
@@ -19,6 +19,7 @@ from destination.table_store.datafiles import DataFile
 from destination.table_store.store import TableVersion
 from destination.type_mapping import normalize_column
 from destination.write.write_path import WritePath
+from spark_jobs.contracts import HistoryRewriteUnit, LatestVersionsUnit, ToHistoryStep, VersionAtStep
 from spark_jobs.tasks import history_rewrite_task, latest_versions_task
 
 HISTORY_COLUMNS = (START, END, ACTIVE)
@@ -47,8 +48,8 @@ def instant_us(text: str, what: str) -> int:
     return int(typed.cast(pa.int64())[0].as_py())
 
 
-def _file_units(base: TableVersion, step: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{"file": f.to_json(), "old_table": base.table.to_json(), "step": step} for f in base.files if f.rows]
+def _file_units(base: TableVersion, step: VersionAtStep | ToHistoryStep) -> list[HistoryRewriteUnit]:
+    return [HistoryRewriteUnit(file=f, old_table=base.table, step=step) for f in base.files if f.rows]
 
 
 def add_column_in_history_mode(writer: WritePath, schema: str, table: str, column: ColumnDef,
@@ -77,8 +78,7 @@ def drop_column_in_history_mode(writer: WritePath, schema: str, table: str, name
 def _version_at(writer: WritePath, schema: str, current: TableVersion, new: TableDef, name: str,
                 value: str | None, timestamp: str, operation: str) -> str:
     ts_us = instant_us(timestamp, "operation_timestamp")
-    step = {"kind": "version_at", "column": name, "value": value, "ts_us": ts_us,
-            "only_with_value": operation == "drop_column_in_history_mode"}
+    step = VersionAtStep(column=name, value=value, ts_us=ts_us, only_with_value=operation == "drop_column_in_history_mode")
     committed = writer.transform(schema, new.name, new, operation, history_rewrite_task,
                                  lambda base: _file_units(base, step))
     return f"{operation} {name!r} at {timestamp}: version {committed.version if committed else current.version}"
@@ -96,12 +96,12 @@ def _latest_synced(base: TableVersion) -> int | None:
     return max(stamps) if stamps else None
 
 
-def _to_history_units(base: TableVersion, deleted_column: str) -> list[dict[str, Any]]:
+def _to_history_units(base: TableVersion, deleted_column: str) -> list[HistoryRewriteUnit]:
     start = _latest_synced(base)
     if start is None and any(f.rows for f in base.files):
         raise UserActionRequired(f"table {base.table.name!r} has rows but no {SYNCED} values; "
                                  "the start of its history cannot be set")
-    return _file_units(base, {"kind": "to_history", "deleted_column": deleted_column, "start_us": start})
+    return _file_units(base, ToHistoryStep(deleted_column=deleted_column, start_us=start))
 
 
 def soft_delete_to_history(writer: WritePath, schema: str, table: str, deleted_column: str) -> str:
@@ -123,7 +123,7 @@ def copy_table_to_history_mode(writer: WritePath, schema: str, source: str, targ
     origin = _load(writer, schema, source)
     if origin.table.is_history:
         raise UserActionRequired(f"{schema}.{source} is already a history table; use copy_table")
-    new = TableDef(target, history_definition(origin.table, deleted_column).columns, origin.table.bucket_count)
+    new = replace(history_definition(origin.table, deleted_column), name=target)
     committed = writer.transform(schema, target, new, "copy_table_to_history_mode", history_rewrite_task,
                                  lambda base: _to_history_units(base, deleted_column), source=origin)
     return f"copied to {target!r} in history mode as version {committed.version if committed else '?'}"
@@ -145,13 +145,12 @@ def history_to_soft_delete(writer: WritePath, schema: str, table: str, deleted_c
         return f"already in soft-delete mode (version {current.version})"
     new = soft_delete_definition(current.table, deleted_column)
 
-    def units(base: TableVersion) -> list[dict[str, Any]]:
+    def units(base: TableVersion) -> list[LatestVersionsUnit]:
         by_bucket: dict[int, list[DataFile]] = {}
         for f in base.files:
             if f.rows and f.bucket is not None:
                 by_bucket.setdefault(f.bucket, []).append(f)
-        return [{"bucket": b, "files": [f.to_json() for f in fs], "old_table": base.table.to_json(),
-                 "deleted_column": deleted_column, "keep_deleted_rows": keep_deleted_rows}
-                for b, fs in sorted(by_bucket.items())]
+        return [LatestVersionsUnit(bucket=b, files=tuple(fs), old_table=base.table, deleted_column=deleted_column,
+                                   keep_deleted_rows=keep_deleted_rows) for b, fs in sorted(by_bucket.items())]
     committed = writer.transform(schema, table, new, "history_to_soft_delete", latest_versions_task, units)
     return f"migrated to soft-delete mode: version {committed.version if committed else current.version}"

@@ -8,15 +8,15 @@ partner destinations).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from destination.write import history_migrations as history
 from destination.errors import BadRequest, TableNotFound, UserActionRequired
 from destination.table_model import DELETED, ColumnDef, TableDef
 from destination.table_store.layout import data_file_name
 from destination.table_store.store import PendingVersion, TableVersion, VersionTarget
 from destination.type_mapping import normalize_column
+from destination.write import history_migrations as history
 from destination.write.write_path import WritePath
 
 NULL_VALUE = "NULL"
@@ -136,8 +136,7 @@ def _renamed(t: TableDef, old: str, new: str) -> TableDef:
         raise BadRequest(f"no column {old!r} in table {t.name!r}")
     if t.column(new) is not None:
         raise UserActionRequired(f"cannot rename {old!r}: table {t.name!r} already has a column {new!r}")
-    return t.with_columns([ColumnDef(new, c.type, c.primary_key, c.precision, c.scale, c.string_byte_length)
-                           if c.name == old else c for c in t.columns])
+    return t.with_columns([replace(c, name=new) if c.name == old else c for c in t.columns])
 
 
 def _with_copy(t: TableDef, source: str, target: str) -> TableDef:
@@ -146,7 +145,7 @@ def _with_copy(t: TableDef, source: str, target: str) -> TableDef:
         raise BadRequest(f"no column {source!r} in table {t.name!r}")
     if t.column(target) is not None:
         return t  # a retry: the values are copied again over the same column
-    return t.with_columns([*t.columns, ColumnDef(target, col.type, False, col.precision, col.scale, col.string_byte_length)])
+    return t.with_columns([*t.columns, replace(col, name=target, primary_key=False)])
 
 
 def _with_column(t: TableDef, column: ColumnDef) -> TableDef:
@@ -166,9 +165,8 @@ def _copy_table(writer: WritePath, schema: str, source: str, target: str) -> Mig
                 continue
             name = data_file_name(f.bucket)
             storage.copy(f"{current.directory}/{f.name}", f"{spot.directory}/{name}")
-            copied.append(type(f)(name, f.rows, f.bytes, f.bucket, f.min_synced, f.max_synced))
-        return PendingVersion(TableDef(target, current.table.columns, current.table.bucket_count), copied, [],
-                              {"kind": "copy_table", "from": source})
+            copied.append(replace(f, name=name))  # every statistic, the key range too, describes the copy
+        return PendingVersion(replace(current.table, name=target), copied, [], {"kind": "copy_table", "from": source})
     committed = writer.commit(schema, target, produce)
     return MigrationOutcome(True, f"copied to {target!r} as version {committed.version if committed else '?'}")
 

@@ -4,63 +4,110 @@
 (payloads are opaque bytes, e.g. Arrow IPC chunks); Spark's shuffle brings every payload of a key to one
 reduce task. Keys are partition numbers already, so each partition holds one key. The payloads cross the
 shuffle as bytes: no row conversion happens in the JVM.
+
+Errors: a task returns a TaskFailure instead of raising (spark_jobs.boundary). Our own errors are raised here
+again as themselves, chained to a `TaskTrace` that says where in the task they happened; any other exception of
+a task is a `TaskFailed` (an INTERNAL answer: a bug, or a library error no backend translated), and a job that
+Spark itself could not run is a `SparkJobFailed` chained to Spark's exception, or `SparkUnavailable` when its JVM
+died (the session is discarded). No exception text is parsed.
+
+Every job runs in a job group of its own; when it fails, the driver waits (bounded) until the job's other tasks
+have stopped before it returns: they may still be writing files into the version about to be cleaned up.
 """
 from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
-from typing import Any, Callable, Iterable, Iterator, TypeVar
+from typing import NoReturn, TypeVar
 
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
-from spark_jobs.tasks import JobContext, release_memory
+from destination.errors import DestinationError, SparkUnavailable
+from destination.write.session import discard_if_dead
+from spark_jobs.boundary import TaskFailure, map_unit, reduce_partition, run_unit
+from spark_jobs.contracts import JobContext
 
-TaskFn = Callable[[JobContext, dict[str, Any]], dict[str, Any]]
-MapFn = Callable[[JobContext, dict[str, Any]], Iterable[tuple[int, Any]]]
-ReduceFn = Callable[[JobContext, int, list[Any]], dict[str, Any]]
+U = TypeVar("U")
+R = TypeVar("R")
+P = TypeVar("P")
 T = TypeVar("T")
 # a failed job's other tasks are killed without interrupting them, so their Python workers are destroyed after
 # spark.python.task.killTimeout (2 s); this bounds how long the driver waits for that
 STRAGGLER_WAIT_SECONDS = 60.0
 
 
-def run_units(spark: SparkSession, task: TaskFn, ctx: JobContext, units: list[dict[str, Any]],
-              description: str) -> list[dict[str, Any]]:
+class TaskTrace(Exception):
+    """The cause chained to an error raised from a Spark task: the task's exception and where it was raised."""
+
+
+class TaskFailed(DestinationError):
+    """A Spark task raised an exception that is not one of ours."""
+
+
+class SparkJobFailed(DestinationError):
+    """Spark could not run the job (its JVM, an executor or the scheduler failed); the cause is Spark's exception."""
+
+
+def raise_task_failure(failure: TaskFailure) -> NoReturn:
+    trace = TaskTrace(f"{failure.exception}: {failure.message} (in the Spark task, at {failure.where})")
+    if failure.error is not None:
+        raise failure.error from trace
+    raise TaskFailed(f"a Spark task failed: {failure.exception}: {failure.message}") from trace
+
+
+def _results(pairs: Iterable[tuple[int, R | TaskFailure]]) -> list[R]:
+    """The results in key (unit) order; the first failure, by key, is raised."""
+    ordered = sorted(pairs, key=lambda pair: pair[0])
+    for _key, result in ordered:
+        if isinstance(result, TaskFailure):
+            raise_task_failure(result)
+    return [result for _key, result in ordered if not isinstance(result, TaskFailure)]
+
+
+def run_units(spark: SparkSession, task: Callable[[JobContext, U], R], ctx: JobContext, units: Sequence[U],
+              description: str) -> list[R]:
     """One task per unit (bucket or file); results come back in unit order."""
     if not units:
         return []
     sc = spark.sparkContext
     indexed = list(enumerate(units))
-    results = _collect(sc, description, lambda: sc.parallelize(indexed, numSlices=len(indexed))
-                       .map(partial(_run_one, task, ctx)).collect())
-    return [r for _i, r in sorted(results, key=lambda pair: pair[0])]
+    pairs = _collect(sc, description, lambda: sc.parallelize(indexed, numSlices=len(indexed))
+                     .map(partial(run_unit, task, ctx)).collect())
+    return _results(pairs)
 
 
-def run_shuffled(spark: SparkSession, map_task: MapFn, reduce_task: ReduceFn, ctx: JobContext,
-                 units: list[dict[str, Any]], partitions: int, description: str) -> list[dict[str, Any]]:
+def run_shuffled(spark: SparkSession, map_task: Callable[[JobContext, U], Iterable[tuple[int, P]]],
+                 reduce_task: Callable[[JobContext, int, list[P]], R], ctx: JobContext, units: Sequence[U],
+                 partitions: int, description: str) -> list[R]:
     """Map every unit, shuffle the emitted payloads by key (0 ≤ key < partitions), reduce each key;
     results come back in key order."""
     if not units:
         return []
     sc = spark.sparkContext
-    results = _collect(sc, description, lambda: sc.parallelize(units, numSlices=len(units))
-                       .flatMap(partial(map_task, ctx)).partitionBy(partitions, _key_is_partition)
-                       .mapPartitions(partial(_reduce, reduce_task, ctx)).collect())
-    return [r for _key, r in sorted(results, key=lambda pair: pair[0])]
+    pairs = _collect(sc, description, lambda: sc.parallelize(list(units), numSlices=len(units))
+                     .flatMap(partial(map_unit, map_task, ctx)).partitionBy(partitions, _key_is_partition)
+                     .mapPartitions(partial(reduce_partition, reduce_task, ctx)).collect())
+    return _results(pairs)
 
 
 def _collect(sc: SparkContext, description: str, job: Callable[[], T]) -> T:
     """Run `job` in a job group of its own. When it fails, return only after its other tasks have stopped:
-    they may still be writing files into the version the caller is about to clean up (and retry)."""
+    they may still be writing files into the version the caller is about to clean up (and retry). A job that
+    failed because the JVM died is SparkUnavailable (retryable: the next job gets a new session); any other
+    failure of Spark itself is SparkJobFailed."""
     group = uuid.uuid4().hex
     sc.setJobGroup(group, description)
     try:
         return job()
-    except Exception:
+    except Exception as exc:
         _wait_for_tasks(sc, group)
-        raise
+        if discard_if_dead():
+            raise SparkUnavailable("the Spark JVM stopped during the job (killed or out of memory); "
+                                   "a new Spark session is starting, retry the request") from exc
+        raise SparkJobFailed(f"the Spark job {description!r} failed: {type(exc).__name__}") from exc
 
 
 def _wait_for_tasks(sc: SparkContext, group: str) -> None:
@@ -80,23 +127,3 @@ def _wait_for_tasks(sc: SparkContext, group: str) -> None:
 
 def _key_is_partition(key: int) -> int:
     return key
-
-
-def _reduce(task: ReduceFn, ctx: JobContext, pairs: Iterator[tuple[int, Any]]) -> Iterator[tuple[int, dict[str, Any]]]:
-    grouped: dict[int, list[Any]] = {}
-    for key, payload in pairs:
-        grouped.setdefault(key, []).append(payload)
-    for key, payloads in grouped.items():
-        try:
-            yield key, task(ctx, key, payloads)
-        finally:
-            release_memory()
-
-
-def _run_one(task: TaskFn, ctx: JobContext, item: tuple[int, dict[str, Any]]) -> tuple[int, dict[str, Any]]:
-    index, unit = item
-    try:
-        return index, task(ctx, unit)
-    finally:
-        release_memory()
-

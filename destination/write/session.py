@@ -1,4 +1,4 @@
-"""The server's one long-lived SparkSession, with the settings the platform notes found necessary.
+"""The server's one long-lived SparkSession (driver side), with the settings the platform notes found necessary.
 
 The JVM behind it can die (killed, out of memory). `get_session` notices that and starts a new one; PySpark keeps
 the dead gateway in class attributes and would reuse it, so `_discard` resets them.
@@ -11,6 +11,8 @@ import threading
 
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
+
+from destination.settings import DRIVER_MEMORY
 
 _lock = threading.Lock()
 _session: SparkSession | None = None
@@ -28,18 +30,14 @@ SETTINGS = {
     "spark.python.worker.reuse": "true",
     # shuffled payloads are Arrow IPC chunks of decoded rows; compressing them cost more time than it saved
     "spark.shuffle.compress": "false",
-    # rows cross the JVM only as byte arrays (task units, shuffled chunks, results): a small heap bounds the
-    # server's memory; local mode runs every executor in this JVM
-    "spark.driver.memory": os.environ.get("RECORDS_DESTINATION_DRIVER_MEMORY", "1g"),
     # a JVM out of heap exits at once instead of limping on: get_session then sees it dead and starts a new one
     "spark.driver.extraJavaOptions": "-XX:+ExitOnOutOfMemoryError",
 }
 
 
-def _event_log() -> dict[str, str]:
-    """With RECORDS_DESTINATION_SPARK_EVENT_LOG=<dir>, Spark writes its event log there (stage and task metrics
-    for profiling: Spark's history server, or bench/eventlog.py, reads it)."""
-    directory = os.environ.get("RECORDS_DESTINATION_SPARK_EVENT_LOG")
+def _event_log(directory: str | None) -> dict[str, str]:
+    """With an event-log directory, Spark writes its event log there (stage and task metrics for profiling: Spark's
+    history server, or bench/eventlog.py, reads it)."""
     if not directory:
         return {}
     os.makedirs(directory, exist_ok=True)
@@ -47,24 +45,27 @@ def _event_log() -> dict[str, str]:
             "spark.eventLog.dir": f"file://{os.path.abspath(directory)}"}
 
 
-def get_session(master: str = "local[*]") -> SparkSession:
-    """Return the live session: created on the first call, and again when the JVM behind it has died."""
+def get_session(master: str = "local[*]", driver_memory: str = DRIVER_MEMORY,
+                event_log: str | None = None) -> SparkSession:
+    """Return the live session: created on the first call, and again when the JVM behind it has died.
+    `driver_memory` is the JVM's heap: rows cross it only as byte arrays (task units, shuffled chunks, results),
+    and local mode runs every executor in it."""
     global _session, _died
     with _lock:
         if _session is not None and not is_alive(_session):
             _discard(_session)
             _session, _died = None, True
         if _session is None:
-            _session = _start(master)
+            _session = _start(master, driver_memory, event_log)
             _died = False
         return _session
 
 
-def _start(master: str) -> SparkSession:
+def _start(master: str, driver_memory: str, event_log: str | None) -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName("records-destination").master(master)
-    for key, value in {**SETTINGS, **_event_log()}.items():
+    for key, value in {**SETTINGS, "spark.driver.memory": driver_memory, **_event_log(event_log)}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
@@ -129,14 +130,6 @@ def _discard(session: SparkSession) -> None:
         SparkContext._active_spark_context = None
     SparkSession._instantiatedSession = None
     SparkSession._activeSession = None
-
-
-def stop_session() -> None:
-    global _session
-    with _lock:
-        if _session is not None:
-            _session.stop()
-            _session = None
 
 
 def trivial_job(session: SparkSession) -> int:

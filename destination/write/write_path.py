@@ -6,36 +6,59 @@ with counts for the RPC's log line.
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, Callable
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from destination.changes.files import STAGING, ChangeTarget, write_empty
-from destination.changes.metadata import ROWS, SNAPSHOT, ZERO_TOTALS, ChangeParts, ChangeSet, change_set
+from destination.changes.metadata import KIND_ROWS, KIND_SNAPSHOT, ZERO_TOTALS, ChangeFile, ChangeParts, ChangeSet, change_set
 from destination.changes.settings import ChangeSettings
 from destination.conversion import FailureKey
-from destination.errors import (BadRequest, DestinationError, RefusedChange, SparkUnavailable, StorageError,
-                                StorageUnavailable, TableNotFound, UserActionRequired)
-from spark_jobs.operations import BatchFileRef, BatchPlan, bucket_chunks, file_operations, with_keys
-from destination.storage.s3 import is_transient_arrow_error
+from destination.errors import BadRequest, RefusedChange, TableNotFound, UserActionRequired
+from destination.settings import SMALL_REQUEST_BYTES
 from destination.table_model import ColumnDef, TableDef
 from destination.table_store.datafiles import DataFile, align, read_data_file
 from destination.table_store.store import PendingVersion, TableStore, TableVersion, VersionTarget
 from destination.type_changes import checked_columns, key_changed
 from destination.type_mapping import normalize_column
+from destination.write.batches import WRITE_BATCH, WRITE_HISTORY_BATCH, BatchPlan
+from destination.write.runner import run_shuffled, run_units
 from spark_jobs.alter import check_conversion_task, colliding_keys, convert_table, key_text
-from spark_jobs.merge import CHANGES, OP, REPLACE, SEQ, UNMOD
-from destination.write.runner import ReduceFn, TaskFn, run_shuffled, run_units
-from destination.write.session import discard_if_dead
-from spark_jobs.tasks import (JobContext, decode_file_task, distinct, format_changes_task, load_files_task, merge_bucket_task,
-                              merge_shuffled_task, rewrite_file_task, snapshot_changes_task, truncate_file_task)
+from spark_jobs.contracts import (
+    BatchFileRef,
+    CheckConversionUnit,
+    DecodeUnit,
+    FilesWritten,
+    FormatChangesUnit,
+    JobContext,
+    LoadUnit,
+    MergeUnit,
+    RequestCounts,
+    RewriteUnit,
+    SnapshotChangesUnit,
+    TruncateUnit,
+)
+from spark_jobs.operations import bucket_chunks, file_operations, replace_operations
+from spark_jobs.tasks import (
+    decode_file_task,
+    distinct,
+    format_changes_task,
+    load_files_task,
+    merge_bucket_task,
+    merge_shuffled_task,
+    rewrite_file_task,
+    snapshot_changes_task,
+    truncate_file_task,
+)
+
+U = TypeVar("U")
 
 
 @dataclass
@@ -58,64 +81,55 @@ class JobOutput:
     new_files: list[DataFile]
     replaced: set[str]  # base files rewritten (not carried)
     counts: dict[str, int]
-    changes: list[dict[str, Any]]  # change files, in unit order
-    meta: dict[str, Any] = field(default_factory=dict)  # a shuffled write's request counts
+    changes: list[ChangeFile]  # change files, in unit order
+    request: RequestCounts = field(default_factory=RequestCounts)  # a write's rows and failures
 
     task_seconds: float = 0.0  # summed over the tasks that report it
 
     @staticmethod
-    def of(results: list[dict[str, Any]]) -> "JobOutput":
-        meta = next((r["meta"] for r in results if "meta" in r), {})
-        results = [r for r in results if "meta" not in r]
-        task_seconds = sum(r.get("seconds", 0.0) for r in results)
+    def of(results: Sequence[FilesWritten], request: RequestCounts | None = None) -> JobOutput:
         counts: Counter[str] = Counter()
         for r in results:
-            counts.update(r["counts"])
-        return JobOutput([DataFile.from_json(f) for r in results for f in r["new_files"]],
-                         {name for r in results for name in r["replaced"]}, dict(counts),
-                         [c for r in results for c in r["changes"]], meta, task_seconds)
+            counts.update(r.counts)
+        return JobOutput(new_files=[f for r in results for f in r.new_files],
+                         replaced={name for r in results for name in r.replaced}, counts=dict(counts),
+                         changes=[c for r in results for c in r.changes], request=request or RequestCounts(),
+                         task_seconds=sum(r.seconds for r in results))
 
     def change_parts(self, kind: str) -> ChangeParts:
-        return ChangeParts(kind, self.changes, self.counts.get("noop_updates", 0))
+        return ChangeParts(kind=kind, files=tuple(self.changes), noop_updates=self.counts.get("noop_updates", 0))
 
 
 Producer = Callable[[TableVersion | None, VersionTarget], PendingVersion | None]
-SMALL_REQUEST_BYTES = 16 << 20  # batch files up to this size (as sent) are decoded on the driver
-
-
-def small_request_bytes() -> int:
-    """RECORDS_DESTINATION_SMALL_REQUEST_BYTES overrides the default (0: every request goes through Spark tasks)."""
-    return int(os.environ.get("RECORDS_DESTINATION_SMALL_REQUEST_BYTES", SMALL_REQUEST_BYTES))
 
 
 class WritePath:
     def __init__(self, store: TableStore, spark: Callable[[], SparkSession],
-                 changes: ChangeSettings | None = None, small_request: int | None = None) -> None:
+                 changes: ChangeSettings | None = None, small_request: int = SMALL_REQUEST_BYTES) -> None:
         self.store = store
         self._spark = spark
         self.changes = changes or ChangeSettings()
-        self.small_request = small_request_bytes() if small_request is None else small_request
+        self.small_request = small_request  # batch files up to this size (as sent) are decoded on the driver
 
     # ---- helpers -------------------------------------------------------------------------
 
     def _context(self, schema: str, base: TableVersion | None, target: VersionTarget, table: TableDef,
                  kind: str) -> JobContext:
-        changes = self._change_target(schema, target, kind).to_json() if self.changes.enabled else None
-        return JobContext(self.store.storage.spec, base.directory if base else None, target.directory,
-                          table.to_json(), target.version, changes)
+        changes = self._change_target(schema, target, kind) if self.changes.enabled else None
+        return JobContext(storage=self.store.storage.spec, base_dir=base.directory if base else None,
+                          target_dir=target.directory, table=table, version=target.version, changes=changes)
 
-    def _run(self, task: TaskFn, schema: str, base: TableVersion | None, target: VersionTarget, table: TableDef,
-             units: list[dict[str, Any]], description: str, kind: str = SNAPSHOT) -> JobOutput:
+    def _run(self, task: Callable[[JobContext, U], FilesWritten], schema: str, base: TableVersion | None,
+             target: VersionTarget, table: TableDef, units: Sequence[U], description: str,
+             kind: str = KIND_SNAPSHOT) -> JobOutput:
         """Run `task` over `units` as one Spark job writing version `target`; with change files on, the tasks
-        also write the version's change files of `kind` (ROWS: their events, SNAPSHOT: the rows they write)."""
+        also write the version's change files of `kind` (KIND_ROWS: their events, KIND_SNAPSHOT: the rows they
+        write)."""
         ctx = self._context(schema, base, target, table, kind)
-        try:
-            return JobOutput.of(run_units(self._spark(), task, ctx, units, description))
-        except Exception as exc:
-            raise _task_error(exc) from None
+        return JobOutput.of(run_units(self._spark(), task, ctx, units, description))
 
     def _merge_small(self, schema: str, base: TableVersion, target: VersionTarget, plan: BatchPlan,
-                     files_by_bucket: dict[int, list[dict[str, Any]]], description: str) -> JobOutput:
+                     files_by_bucket: dict[int, tuple[DataFile, ...]], description: str) -> JobOutput:
         """A small request: decoded here, merged by one task per bucket it touches (a shuffle's two stages
         cost more than the decode itself at this size)."""
         parts: list[pa.Table] = []
@@ -126,10 +140,10 @@ class WritePath:
             parts += ops.parts
             rows += ops.rows
             failures.update(ops.failures_by_column)
-        units = [{"bucket": b, "chunks": [chunk], "files": files_by_bucket.get(b, [])}
+        units = [MergeUnit(bucket=b, chunks=(chunk,), files=files_by_bucket.get(b, ()))
                  for b, chunk in (bucket_chunks(pa.concat_tables(parts)) if parts else [])]
-        out = self._run(merge_bucket_task, schema, base, target, base.table, units, description, ROWS)
-        out.meta = {"rows": rows, "failures_by_column": dict(failures)}
+        out = self._run(merge_bucket_task, schema, base, target, base.table, units, description, KIND_ROWS)
+        out.request = RequestCounts(rows=rows, files=len(plan.files), failures_by_column=dict(failures))
         return out
 
     def _load_empty(self, schema: str, base: TableVersion, target: VersionTarget, plan: BatchPlan,
@@ -142,15 +156,11 @@ class WritePath:
         if not inserts:
             return None
         groups = balanced_groups(inserts, spark.sparkContext.defaultParallelism)
-        ctx = self._context(schema, base, target, base.table, ROWS)
-        try:
-            results = run_units(spark, load_files_task, ctx, [{"refs": g, "fmt": plan.fmt} for g in groups],
-                                description)
-        except Exception as exc:
-            raise _task_error(exc) from None
-        loads = [r.pop("load") for r in results]
-        out = JobOutput.of(results)
-        hashes = np.concatenate([np.frombuffer(load["key_hashes"], dtype=np.uint64) for load in loads])
+        ctx = self._context(schema, base, target, base.table, KIND_ROWS)
+        loads = run_units(spark, load_files_task, ctx, [LoadUnit(refs=tuple(g), fmt=plan.fmt) for g in groups],
+                          description)
+        out = JobOutput.of([load.written for load in loads])
+        hashes = np.concatenate([np.frombuffer(load.key_hashes, dtype=np.uint64) for load in loads])
         if len(distinct(hashes)) != len(hashes):
             storage = self.store.storage
             for f in out.new_files:
@@ -159,24 +169,24 @@ class WritePath:
             return None
         failures: Counter[FailureKey] = Counter()
         for load in loads:
-            failures.update(load["failures_by_column"])
-        out.meta = {"rows": sum(load["rows"] for load in loads), "failures_by_column": dict(failures)}
-        out.task_seconds = sum(load["seconds"] for load in loads)
+            failures.update(load.counts.failures_by_column)
+        out.request = RequestCounts(rows=sum(load.counts.rows for load in loads), files=len(inserts),
+                                    failures_by_column=dict(failures))
         return out
 
-    def _run_shuffled(self, schema: str, base: TableVersion, target: VersionTarget, units: list[dict[str, Any]],
-                      reduce: ReduceFn, description: str) -> JobOutput:
-        """decode_file_task over the request's files, the shuffle by bucket, `reduce` per bucket (row changes)."""
-        ctx = self._context(schema, base, target, base.table, ROWS)
-        try:
-            return JobOutput.of(run_shuffled(self._spark(), decode_file_task, reduce, ctx, units,
-                                             base.table.bucket_count + 1, description))
-        except Exception as exc:
-            raise _task_error(exc) from None
+    def _run_shuffled(self, schema: str, base: TableVersion, target: VersionTarget, plan: BatchPlan,
+                      files_by_bucket: dict[int, tuple[DataFile, ...]], description: str) -> JobOutput:
+        """decode_file_task over the request's files, the shuffle by bucket, one merge per bucket (row changes)."""
+        ctx = self._context(schema, base, target, base.table, KIND_ROWS)
+        units = [DecodeUnit(ref=ref, fmt=plan.fmt) for ref in plan.files]
+        results = run_shuffled(self._spark(), decode_file_task, partial(merge_shuffled_task, files_by_bucket), ctx,
+                               units, base.table.bucket_count + 1, description)
+        request = next((r for r in results if isinstance(r, RequestCounts)), RequestCounts())
+        return JobOutput.of([r for r in results if isinstance(r, FilesWritten)], request)
 
     def _change_target(self, schema: str, target: VersionTarget, kind: str) -> ChangeTarget:
-        return ChangeTarget(self.changes.to_json(), target.changes_directory, target.version,
-                            int(target.timestamp * 1_000_000), schema, kind)
+        return ChangeTarget(settings=self.changes, directory=target.changes_directory, version=target.version,
+                            timestamp_us=int(target.timestamp * 1_000_000), schema=schema, kind=kind)
 
     def commit(self, schema: str, name: str, produce: Producer, *, batch_id: str | None = None) -> TableVersion | None:
         """Commit what `produce` returns as the next version of `name`, with its change directory when change
@@ -195,30 +205,30 @@ class WritePath:
         table = pending.table
         parts = pending.change_parts
         if parts is None:  # the version's files came without a Spark task (a table copy, a new empty table)
-            units = [{"directory": target.directory, "file": f.to_json()} for f in pending.new_files if f.rows]
+            units = [SnapshotChangesUnit(directory=target.directory, file=f) for f in pending.new_files if f.rows]
             if base is not None:
-                units += [{"directory": base.directory, "file": f.to_json()} for f in pending.carried if f.rows]
+                units += [SnapshotChangesUnit(directory=base.directory, file=f) for f in pending.carried if f.rows]
             parts = self._run(snapshot_changes_task, schema, base, target, table, units,
-                              f"snapshot changes {schema}.{table.name}").change_parts(SNAPSHOT)
+                              f"snapshot changes {schema}.{table.name}").change_parts(KIND_SNAPSHOT)
         before = dict(base.change_totals) if base else {}
-        files = parts.files
-        if parts.kind == ROWS and self.changes.is_arcion and files:
+        files: Sequence[ChangeFile] = parts.files
+        if parts.kind == KIND_ROWS and self.changes.is_arcion and files:
             running = {k: before.get(k, 0) for k in ZERO_TOTALS}
-            units = []
+            staged = []
             for part in files:
-                units.append({"part": part, "totals_before": dict(running)})
-                for k, v in part["counts"].items():
+                staged.append(FormatChangesUnit(part=part, totals_before=dict(running)))
+                for k, v in part.counts.items():
                     running[k] = running.get(k, 0) + v
-            files = self._run(format_changes_task, schema, base, target, table, units,
-                              f"format changes {schema}.{table.name}", ROWS).changes
+            files = self._run(format_changes_task, schema, base, target, table, staged,
+                              f"format changes {schema}.{table.name}", KIND_ROWS).changes
             self.store.storage.delete_prefix(f"{target.changes_directory}/{STAGING}")
         if not files:
             files = [write_empty(self.store.storage, self._change_target(schema, target, parts.kind), table)]
         return change_set(schema, table, self.changes, parts.kind, target.version, int(target.timestamp * 1_000_000),
                           files, before, parts.noop_updates)
 
-    def transform(self, schema: str, name: str, new: TableDef, operation: str, task: TaskFn,
-                  units: Callable[[TableVersion], list[dict[str, Any]]],
+    def transform(self, schema: str, name: str, new: TableDef, operation: str,
+                  task: Callable[[JobContext, U], FilesWritten], units: Callable[[TableVersion], Sequence[U]],
                   source: TableVersion | None = None) -> TableVersion | None:
         """Commit a version of `name` under the definition `new` whose data files are all produced by `task`
         over `units(origin)`: origin is the table's latest version, or `source` (another table, for copies)."""
@@ -228,14 +238,14 @@ class WritePath:
                 raise TableNotFound(f"table {schema}.{name} does not exist")
             out = self._run(task, schema, origin, target, new, units(origin), f"{operation} {schema}.{name}")
             return PendingVersion(new, out.new_files, [], {"kind": operation, "counts": out.counts},
-                                  out.change_parts(SNAPSHOT))
+                                  out.change_parts(KIND_SNAPSHOT))
         return self.commit(schema, name, produce)
 
     def rewrite_all(self, schema: str, new: TableDef, operation: str, sources: dict[str, str] | None = None,
                     constants: dict[str, str | None] | None = None) -> TableVersion | None:
         """Rewrite every data file under the definition `new` (see spark_jobs.alter.convert_table)."""
         return self.transform(schema, new.name, new, operation, rewrite_file_task, lambda base: [
-            {"file": f.to_json(), "old_table": base.table.to_json(), "sources": sources, "constants": constants}
+            RewriteUnit(file=f, old_table=base.table, sources=sources or {}, constants=constants or {})
             for f in base.files if f.rows])
 
     # ---- CreateTable / AlterTable ----------------------------------------------------------
@@ -266,20 +276,18 @@ class WritePath:
         """Before anything is written: a Spark job over the stored files counts the values of each column whose
         type change may lose values (destination/type_changes.py) that would not convert; any → RefusedChange."""
         columns = checked_columns(current.table, new)
-        units = [{"file": f.to_json(), "old_table": current.table.to_json(), "columns": columns}
+        units = [CheckConversionUnit(file=f, old_table=current.table, columns=tuple(columns))
                  for f in current.files if f.rows] if columns else []
         if not units:
             return
-        ctx = JobContext(self.store.storage.spec, current.directory, current.directory, new.to_json(), current.version)
-        try:
-            results = run_units(self._spark(), check_conversion_task, ctx, units, f"check alter {schema}.{new.name}")
-        except Exception as exc:
-            raise _task_error(exc) from None
+        ctx = JobContext(storage=self.store.storage.spec, base_dir=current.directory, target_dir=current.directory,
+                         table=new, version=current.version)
+        results = run_units(self._spark(), check_conversion_task, ctx, units, f"check alter {schema}.{new.name}")
         lost: Counter[str] = Counter()
         examples: dict[str, str] = {}
         for r in results:
-            lost.update(r["lost"])
-            for name, key in r["example"].items():
+            lost.update(r.lost)
+            for name, key in r.example.items():
                 examples.setdefault(name, key)
         if lost:
             first = next(name for name in columns if name in lost)
@@ -305,10 +313,11 @@ class WritePath:
                 raise RefusedChange(f"with the new primary key {new.key_columns}, {collisions} rows would share "
                                     "their key with another row and be merged, so nothing was changed",
                                     key_text(converted, row, new.key_columns))
-            ops = _stored_rows_as_replace_ops(converted, new)
-            units = [{"bucket": b, "chunks": [chunk], "files": []} for b, chunk in bucket_chunks(ops)]
+            ops = replace_operations(converted, new)
+            units = [MergeUnit(bucket=b, chunks=(chunk,)) for b, chunk in bucket_chunks(ops)]
             out = self._run(merge_bucket_task, schema, None, target, new, units, f"rekey {schema}.{new.name}")
-            return PendingVersion(new, out.new_files, [], {"kind": "alter_table_primary_key"}, out.change_parts(SNAPSHOT))
+            return PendingVersion(new, out.new_files, [], {"kind": "alter_table_primary_key"},
+                                  out.change_parts(KIND_SNAPSHOT))
         committed = self.commit(schema, new.name, produce)
         return Outcome(committed.version if committed else None)
 
@@ -317,48 +326,45 @@ class WritePath:
         missing = [normalize_column(c) for c in requested if current.table.column(c.name) is None]
         if not missing:
             return current
-        new = current.table.with_columns([*current.table.columns,
-                                          *(ColumnDef(c.name, c.type, False, c.precision, c.scale, c.string_byte_length) for c in missing)])
+        new = current.table.with_columns([*current.table.columns, *(replace(c, primary_key=False) for c in missing)])
         committed = self.rewrite_all(schema, new, "add_columns")
         assert committed is not None
         return committed
 
     # ---- WriteBatch -----------------------------------------------------------------------
 
-    def write_batch(self, schema: str, table_name: str, plan: BatchPlan, rpc: str = "WriteBatch") -> Outcome:
-        """Merge one request's batch files (plain or history, by the table's mode: spark_jobs.tasks) as one
-        Spark job: a task per file decodes it and splits its operations by bucket, the shuffle brings each
-        bucket's operations to one merge task."""
+    def write_batch(self, schema: str, table_name: str, plan: BatchPlan, rpc: str = WRITE_BATCH) -> Outcome:
+        """Merge one request's batch files (plain or history, by the table's mode) as one Spark job, on one of
+        three paths (docs/ARCHITECTURE.md "Write path"): a small request is decoded here and merged by one task per
+        bucket it touches; a request that only inserts into an empty table is loaded by one task per core with
+        no shuffle (unless a key is in two files); any other request is decoded by one task per file and
+        shuffled to one merge task per bucket. A request without rows commits nothing."""
         outcome = Outcome(None)
 
         def produce(base: TableVersion | None, target: VersionTarget) -> PendingVersion | None:
             if base is None:
                 raise TableNotFound(f"{rpc}: table {schema}.{table_name} does not exist; CreateTable must come first")
-            files_by_bucket: dict[int, list[dict[str, Any]]] = {}
-            for f in base.files:
-                if f.rows and f.bucket is not None:
-                    files_by_bucket.setdefault(f.bucket, []).append(f.to_json())
+            files_by_bucket = _files_by_bucket(base)
             description = f"{rpc} {schema}.{table_name}"
             started = time.perf_counter()
+            out: JobOutput | None
             if plan.total_bytes <= self.small_request:
                 out = self._merge_small(schema, base, target, plan, files_by_bucket, description)
             else:
                 out = self._load_empty(schema, base, target, plan, description) if loads_empty(base, plan) else None
             if out is None:
-                units = [{"ref": ref, "fmt": plan.fmt} for ref in plan.files]
-                out = self._run_shuffled(schema, base, target, units, partial(merge_shuffled_task, files_by_bucket),
-                                         description)
-            outcome.counts, outcome.failures_by_column, outcome.rows = out.counts, out.meta.get(
-                "failures_by_column", {}), int(out.meta.get("rows", 0))
+                out = self._run_shuffled(schema, base, target, plan, files_by_bucket, description)
+            outcome.counts, outcome.failures_by_column, outcome.rows = (out.counts, out.request.failures_by_column,
+                                                                        out.request.rows)
             outcome.timings = {"job": time.perf_counter() - started, "task_s": out.task_seconds}
-            if "decode_seconds" in out.meta:  # the shuffled path decodes in tasks of their own
-                outcome.timings["decode_task_s"] = out.meta["decode_seconds"]
+            if out.request.decode_seconds is not None:  # the shuffled path decodes in tasks of their own
+                outcome.timings["decode_task_s"] = out.request.decode_seconds
             if outcome.rows == 0:
                 return None
             carried = [f for f in base.files if f.name not in out.replaced]
-            kind = "write_history_batch" if rpc == "WriteHistoryBatch" else "write_batch"
+            kind = "write_history_batch" if rpc == WRITE_HISTORY_BATCH else "write_batch"
             return PendingVersion(base.table, out.new_files, carried, {"kind": kind, "counts": out.counts},
-                                  out.change_parts(ROWS))
+                                  out.change_parts(KIND_ROWS))
         committed = self.commit(schema, table_name, produce, batch_id=plan.batch_id)
         outcome.version = committed.version if committed else None
         return outcome
@@ -380,7 +386,8 @@ class WritePath:
         def produce(base: TableVersion | None, target: VersionTarget) -> PendingVersion | None:
             if base is None:
                 return None
-            units, dropped = [], []
+            units: list[TruncateUnit] = []
+            dropped: list[DataFile] = []
             for f in base.files:
                 if not f.rows or f.min_synced is None or f.max_synced is None:
                     continue
@@ -389,12 +396,12 @@ class WritePath:
                 if f.max_synced // 1000 < cutoff_ms and not deleted_column and not self.changes.enabled:
                     dropped.append(f)  # every row goes: drop the file unread (its rows' changes need a read)
                     continue
-                units.append({"file": f.to_json(), "cutoff_us": cutoff_us, "synced_column": synced_column,
-                              "deleted_column": deleted_column})
+                units.append(TruncateUnit(file=f, cutoff_us=cutoff_us, synced_column=synced_column,
+                                          deleted_column=deleted_column))
             if not units and not dropped:
                 return None
             out = self._run(truncate_file_task, schema, base, target, base.table, units,
-                            f"truncate {schema}.{table_name}", ROWS)
+                            f"truncate {schema}.{table_name}", KIND_ROWS)
             gone = out.replaced | {f.name for f in dropped}
             counts = dict(out.counts)
             counts["deleted"] = counts.get("deleted", 0) + sum(f.rows for f in dropped)
@@ -403,9 +410,18 @@ class WritePath:
             carried = [f for f in base.files if f.name not in gone]
             kind = "soft_truncate" if deleted_column else "truncate"
             return PendingVersion(base.table, out.new_files, carried, {"kind": kind, "counts": counts},
-                                  out.change_parts(ROWS))
+                                  out.change_parts(KIND_ROWS))
         committed = self.commit(schema, table_name, produce)
         return Outcome(committed.version if committed else current.version, stats)
+
+
+def _files_by_bucket(base: TableVersion) -> dict[int, tuple[DataFile, ...]]:
+    """The base's data files (with rows) of each bucket."""
+    by_bucket: dict[int, list[DataFile]] = {}
+    for f in base.files:
+        if f.rows and f.bucket is not None:
+            by_bucket.setdefault(f.bucket, []).append(f)
+    return {bucket: tuple(files) for bucket, files in by_bucket.items()}
 
 
 def loads_empty(base: TableVersion, plan: BatchPlan) -> bool:
@@ -414,7 +430,7 @@ def loads_empty(base: TableVersion, plan: BatchPlan) -> bool:
     return base.rows == 0 and all(ref.kind in ("replace", "earliest") for ref in plan.files)
 
 
-def balanced_groups(refs: list[BatchFileRef], count: int) -> list[list[BatchFileRef]]:
+def balanced_groups(refs: Sequence[BatchFileRef], count: int) -> list[list[BatchFileRef]]:
     """`refs` in at most `count` groups of about equal bytes (largest first, each to the lightest group)."""
     sizes = {ref.position: len(ref.data) if ref.data is not None else os.path.getsize(ref.path) for ref in refs}
     groups: list[list[BatchFileRef]] = [[] for _ in range(max(1, min(count, len(refs))))]
@@ -426,17 +442,6 @@ def balanced_groups(refs: list[BatchFileRef], count: int) -> list[list[BatchFile
     return [g for g in groups if g]
 
 
-def _stored_rows_as_replace_ops(stored: pa.Table, table: TableDef) -> pa.Table:
-    n = stored.num_rows
-    ops = stored.select([c.name for c in table.columns])
-    ops = ops.append_column(OP, pa.array(np.full(n, REPLACE, dtype=np.int8)))
-    ops = ops.append_column(SEQ, pa.array(np.arange(n, dtype=np.int64)))
-    ops = ops.append_column(CHANGES, pa.nulls(n, pa.string()))
-    for c in table.columns:
-        ops = ops.append_column(UNMOD + c.name, pa.array(np.zeros(n, dtype=bool)))
-    return with_keys(ops, table)
-
-
 def plan_alter(current: TableDef, requested: TableDef, drop_columns: bool) -> TableDef:
     """The table after AlterTable: types and key flags as requested, new columns appended,
     columns absent from the request kept unless drop_columns (fivetran-protocol §10.3)."""
@@ -446,7 +451,7 @@ def plan_alter(current: TableDef, requested: TableDef, drop_columns: bool) -> Ta
         if col.name in wanted:
             columns.append(wanted[col.name])
         elif not drop_columns:  # kept, but a column absent from the full definition is not in the key
-            columns.append(ColumnDef(col.name, col.type, False, col.precision, col.scale, col.string_byte_length))
+            columns.append(replace(col, primary_key=False))
     known = {c.name for c in current.columns}
     columns += [c for c in wanted.values() if c.name not in known]
     return current.with_columns(columns)
@@ -478,30 +483,3 @@ def describe_difference(existing: TableDef, requested: TableDef) -> str:
             notes.append(f"column {name!r} is {a[name].ddl()}{' (key)' if a[name].primary_key else ''} "
                          f"but the request says {b[name].ddl()}{' (key)' if b[name].primary_key else ''}")
     return "; ".join(sorted(notes))
-
-
-_TASK_ERROR = re.compile(r"destination\.errors\.(\w+): (.*)")
-_TASK_ERRORS: dict[str, type[DestinationError]] = {
-    "StorageError": StorageError, "StorageUnavailable": StorageUnavailable, "BadRequest": BadRequest,
-    "BadBatchFile": BadRequest, "TableNotFound": TableNotFound}
-
-
-def _task_error(exc: Exception) -> Exception:
-    """Spark wraps a task's exception in a Java one; recover our own error type and message. A job that failed
-    because the JVM died is retryable (the next job gets a new session), as is object-store I/O that stayed
-    unreachable through pyarrow's retries."""
-    if isinstance(exc, DestinationError):
-        return exc
-    if discard_if_dead():
-        return SparkUnavailable("the Spark JVM stopped during the job (killed or out of memory); "
-                                "a new Spark session is starting, retry the request")
-    text = str(exc)
-    found = _TASK_ERROR.findall(text)
-    if found:
-        name, message = found[-1]
-        return _TASK_ERRORS.get(name, StorageError)(message.strip())
-    last = [line for line in text.splitlines() if line.strip()]
-    cause = last[-1] if last else type(exc).__name__
-    if is_transient_arrow_error(text):
-        return StorageUnavailable(f"object storage stayed unreachable through the retries: {cause}")
-    return DestinationError(f"Spark job failed: {cause}")

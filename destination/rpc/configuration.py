@@ -1,0 +1,88 @@
+"""The configuration form, its tests, and a request's configuration → the StorageSpec of its root (the change-file
+fields are parsed by destination.changes.settings)."""
+from __future__ import annotations
+
+from destination.changes.settings import FORMATS, FULL, IMAGES, OFF
+from destination.errors import UserActionRequired
+from destination.protocol import common
+from destination.settings import ServerOptions
+from destination.storage.base import StorageSpec
+
+TEST_STORAGE = "storage"
+TEST_SPARK = "spark"
+
+
+def configuration_form() -> common.ConfigurationFormResponse:
+    text = common.TextField
+    fields = [
+        common.FormField(name="root", label="Root (local path or s3://bucket/prefix)", required=False,
+                         text_field=text.PlainText,
+                         description="Where tables are written. Empty: the server's --root."),
+        common.FormField(name="s3_endpoint", label="S3 endpoint", required=False, text_field=text.PlainText,
+                         description="For S3-compatible stores, e.g. http://127.0.0.1:8333. Empty: AWS."),
+        common.FormField(name="s3_region", label="S3 region", required=False, text_field=text.PlainText,
+                         default_value="us-east-1"),
+        common.FormField(name="aws_access_key_id", label="AWS access key id", required=False, text_field=text.PlainText),
+        common.FormField(name="aws_secret_access_key", label="AWS secret access key", required=False,
+                         text_field=text.Password),
+        common.FormField(name="changes", label="Change files", required=False, default_value=OFF,
+                         dropdown_field=common.DropdownField(dropdown_field=list(FORMATS)),
+                         description="Also write the rows each version inserted, updated and deleted under "
+                                     "<table>/changes/v<N>/: Arcion realtime CSV or JSON, or Parquet in the Delta "
+                                     "change data feed style."),
+        common.FormField(name="changes_image", label="Arcion images", required=False, default_value=FULL,
+                         dropdown_field=common.DropdownField(dropdown_field=list(IMAGES)),
+                         description="full: whole before and after rows; minimal: changed columns and the key, "
+                                     "as Arcion's realtime examples."),
+        common.FormField(name="changes_null_token", label="Arcion CSV null token", required=False,
+                         text_field=text.PlainText, default_value="NULL",
+                         description="Written unquoted for NULL; a string equal to it is always quoted."),
+        common.FormField(name="changes_include_header", label="Arcion CSV header row", required=False,
+                         toggle_field=common.ToggleField(), default_value="false"),
+        common.FormField(name="changes_emit_noop_updates", label="Keep no-op updates", required=False,
+                         toggle_field=common.ToggleField(), default_value="false",
+                         description="Also write updates that change nothing but _fivetran_synced."),
+    ]
+    tests = [common.ConfigurationTest(name=TEST_STORAGE, label="Writing, reading and deleting a probe object"),
+             common.ConfigurationTest(name=TEST_SPARK, label="Running a Spark job")]
+    return common.ConfigurationFormResponse(schema_selection_supported=False, table_selection_supported=False,
+                                            fields=fields, tests=tests)
+
+
+def known_fields() -> list[str]:
+    return [f.name for f in configuration_form().fields]
+
+
+def unknown_fields_message(configuration: dict[str, str]) -> str | None:
+    """A warning naming the configuration's fields that the form does not know (a typo such as `rooot`), or None."""
+    known = known_fields()
+    unknown = sorted(set(configuration) - set(known))
+    if not unknown:
+        return None
+    return (f"configuration field(s) {', '.join(map(repr, unknown))} unknown and ignored; "
+            f"the known fields are {', '.join(known)}")
+
+
+def _looks_like_mistyped_s3(root: str) -> bool:
+    """`s3:/x`, `s3//x`, `S3://x`: never meant as a local folder named `s3:`."""
+    lowered = root.lower()
+    return not root.startswith("s3://") and (lowered.startswith("s3:") or lowered.startswith("s3//"))
+
+
+def storage_spec(configuration: dict[str, str], options: ServerOptions) -> StorageSpec:
+    root = (configuration.get("root") or "").strip() or options.root
+    if _looks_like_mistyped_s3(root):
+        raise UserActionRequired(f"root {root!r} looks like a mistyped S3 URL: write s3://bucket/prefix "
+                                 "(lower case, two slashes)")
+    if root.startswith("s3a://") or root.startswith("s3n://"):
+        raise UserActionRequired(f"root {root!r}: use the s3:// scheme")
+    if "://" in root and not root.startswith("s3://"):
+        raise UserActionRequired(f"root {root!r}: only local paths and s3://bucket/prefix are supported")
+    return StorageSpec(
+        root=root,
+        s3_endpoint=(configuration.get("s3_endpoint") or "").strip(),
+        s3_region=(configuration.get("s3_region") or "").strip(),
+        access_key_id=(configuration.get("aws_access_key_id") or "").strip(),
+        secret_access_key=configuration.get("aws_secret_access_key") or "",
+        s3_retry_attempts=options.s3_retry_attempts,
+    )

@@ -1,0 +1,91 @@
+"""The task side of the driver/task boundary: what Spark calls in a task around a task function.
+
+A task never lets an exception cross into Spark: the exception would reach the driver only as the text of a Java
+exception. It returns a `TaskFailure` instead, an error value the driver maps without parsing any text
+(destination.write.runner): our own errors travel as themselves (destination.errors pickles them with their
+fields), anything else as its type, its scrubbed message and where it was raised.
+"""
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import TypeVar
+
+import pyarrow as pa
+
+from destination.errors import DestinationError, scrub
+from destination.storage.s3 import transient_error
+from spark_jobs.contracts import JobContext
+
+U = TypeVar("U")
+R = TypeVar("R")
+P = TypeVar("P")
+FRAMES = 4  # frames of a task's traceback kept for the driver's log
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskFailure:
+    """A task's exception as a value. `error` is set for our own errors; for any other exception the driver
+    learns its type name, its message (scrubbed of quoted values) and the last frames of its traceback."""
+
+    error: DestinationError | None
+    exception: str  # the exception's type name
+    message: str
+    where: str  # the last frames of the task's traceback, one line
+
+
+def failure_of(exc: BaseException) -> TaskFailure:
+    frames = traceback.format_tb(exc.__traceback__)[-FRAMES:]
+    where = " | ".join(" ".join(line.split()) for frame in frames for line in frame.splitlines())
+    # pyarrow's S3 failure that outlasted its retries travels as StorageUnavailable (the driver answers UNAVAILABLE)
+    own = exc if isinstance(exc, DestinationError) else transient_error(exc)
+    return TaskFailure(error=own, exception=type(exc).__name__, message=scrub(str(exc)), where=where)
+
+
+def release_memory() -> None:
+    """Give the memory a finished task freed back to the system: Arrow's allocator keeps it otherwise, and a
+    reused Python worker would carry it into the next task (two workers' leftovers added to the server's peak)."""
+    pa.default_memory_pool().release_unused()
+
+
+def run_unit(task: Callable[[JobContext, U], R], ctx: JobContext,
+             item: tuple[int, U]) -> tuple[int, R | TaskFailure]:
+    """One unit (with its index, so results can be put back in unit order)."""
+    index, unit = item
+    try:
+        return index, task(ctx, unit)
+    except Exception as exc:  # every failure crosses the boundary as a value
+        return index, failure_of(exc)
+    finally:
+        release_memory()
+
+
+def map_unit(task: Callable[[JobContext, U], Iterable[tuple[int, P]]], ctx: JobContext,
+             unit: U) -> Iterator[tuple[int, P | TaskFailure]]:
+    """The map side of a shuffled job: a failure travels under the key of the first reduce partition (0), so the
+    driver sees it among that partition's results."""
+    try:
+        yield from task(ctx, unit)
+    except Exception as exc:  # every failure crosses the boundary as a value
+        yield 0, failure_of(exc)
+    finally:
+        release_memory()
+
+
+def reduce_partition(task: Callable[[JobContext, int, list[P]], R], ctx: JobContext,
+                     pairs: Iterator[tuple[int, P | TaskFailure]]) -> Iterator[tuple[int, R | TaskFailure]]:
+    """The reduce side: each key's payloads, reduced by `task`; a failure from the map side is passed on."""
+    grouped: dict[int, list[P]] = {}
+    for key, payload in pairs:
+        if isinstance(payload, TaskFailure):
+            yield key, payload
+            continue
+        grouped.setdefault(key, []).append(payload)
+    for key, payloads in grouped.items():
+        try:
+            yield key, task(ctx, key, payloads)
+        except Exception as exc:  # every failure crosses the boundary as a value
+            yield key, failure_of(exc)
+        finally:
+            release_memory()

@@ -1,0 +1,209 @@
+"""The typed contracts between the driver and its Spark tasks: the job's context, one frozen dataclass per unit
+kind and one per result.
+
+Spark pickles them (units and the context into the tasks, results back to the driver), so they hold only plain
+values and other frozen dataclasses: a table definition, data-file statistics, Arrow IPC bytes. Every class is
+keyword-only: build them with keyword arguments and copy them with `dataclasses.replace`, so that adding a field
+can never shift another one silently. A task that fails returns a `TaskFailure` (spark_jobs.boundary) instead.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from destination.batch.reader import FileFormat
+from destination.changes.files import ChangeTarget
+from destination.changes.metadata import KIND_ROWS, ChangeFile
+from destination.conversion import FailureKey
+from destination.storage.base import StorageSpec
+from destination.table_model import TableDef
+from destination.table_store.datafiles import DataFile
+
+# the roles of a request's batch files, in the order their rows apply (fivetran-protocol §10.1, §10.2)
+FILE_KINDS = ("earliest", "replace", "update", "delete")
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobContext:
+    """What every task of one job shares: where to read and write, and the definition of the new version."""
+
+    storage: StorageSpec
+    base_dir: str | None  # the base version's directory (stored files are read from here)
+    target_dir: str  # where new data files are written
+    table: TableDef  # the new version's definition
+    version: int
+    changes: ChangeTarget | None = None  # where the version's change files go, when change files are on
+
+    @property
+    def tracks_row_changes(self) -> bool:
+        return self.changes is not None and self.changes.kind == KIND_ROWS
+
+    @property
+    def read_dir(self) -> str:
+        return self.base_dir or ""
+
+
+# ---- units: one per task ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class BatchFileRef:
+    """One batch file of a request, as the task that decodes it needs it."""
+
+    kind: str  # one of FILE_KINDS
+    path: str
+    key: bytes | None  # the AES key (None: not encrypted)
+    position: int  # in request order
+    data: bytes | None = None  # the file's bytes, for executors that cannot read the server's disk
+
+
+@dataclass(frozen=True, kw_only=True)
+class MergeUnit:
+    """One bucket of a write: its operations (Arrow IPC chunks) and the base's data files of that bucket."""
+
+    bucket: int
+    chunks: tuple[bytes, ...]
+    files: tuple[DataFile, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecodeUnit:
+    """The map side of a shuffled write: one batch file to decode and split by bucket."""
+
+    ref: BatchFileRef
+    fmt: FileFormat
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadUnit:
+    """A share of the files of a write into an empty table, merged per bucket where they are decoded."""
+
+    refs: tuple[BatchFileRef, ...]
+    fmt: FileFormat
+
+
+@dataclass(frozen=True, kw_only=True)
+class TruncateUnit:
+    file: DataFile
+    cutoff_us: int  # rows whose synced column is before this (at ms precision) go
+    synced_column: str
+    deleted_column: str | None  # a soft truncate marks the rows instead (the column exists by then)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RewriteUnit:
+    """One stored file re-encoded under the job's definition (AlterTable, column migrations)."""
+
+    file: DataFile
+    old_table: TableDef
+    sources: dict[str, str] = field(default_factory=dict)  # new column → the old column it takes its values from
+    constants: dict[str, str | None] = field(default_factory=dict)  # column → the text every row gets (None: NULL)
+
+
+@dataclass(frozen=True, kw_only=True)
+class VersionAtStep:
+    """ADD/DROP_COLUMN_IN_HISTORY_MODE: open a version at `ts_us` carrying `value` in `column`."""
+
+    column: str
+    value: str | None  # the text of the default (None: NULL)
+    ts_us: int
+    only_with_value: bool  # a drop opens versions only for rows that hold a value
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToHistoryStep:
+    """SOFT_DELETE_TO_HISTORY and COPY_TABLE_TO_HISTORY_MODE: rows become versions."""
+
+    deleted_column: str | None
+    start_us: int | None  # the start of every live row's version (None: the table has no rows)
+
+
+@dataclass(frozen=True, kw_only=True)
+class HistoryRewriteUnit:
+    file: DataFile
+    old_table: TableDef
+    step: VersionAtStep | ToHistoryStep
+
+
+@dataclass(frozen=True, kw_only=True)
+class LatestVersionsUnit:
+    """HISTORY_TO_SOFT_DELETE for one bucket (every version of a key is in one bucket)."""
+
+    bucket: int
+    files: tuple[DataFile, ...]
+    old_table: TableDef
+    deleted_column: str
+    keep_deleted_rows: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class FormatChangesUnit:
+    """Phase 2 of an Arcion change directory: one staged file, with the running totals before it."""
+
+    part: ChangeFile
+    totals_before: dict[str, int]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SnapshotChangesUnit:
+    """The snapshot change file of one data file that no task wrote (a table copy's files)."""
+
+    directory: str
+    file: DataFile
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckConversionUnit:
+    """AlterTable's check before a lossy type change: one stored file, the columns to check."""
+
+    file: DataFile
+    old_table: TableDef
+    columns: tuple[str, ...]
+
+
+# ---- results --------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class FilesWritten:
+    """What a task wrote: new data files, the base files they replace, counts, and change files."""
+
+    new_files: tuple[DataFile, ...] = ()
+    replaced: tuple[str, ...] = ()  # names of base files rewritten (not carried into the new version)
+    counts: dict[str, int] = field(default_factory=dict)
+    changes: tuple[ChangeFile, ...] = ()
+    seconds: float = 0.0  # the task's own time, where it reports it
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecodedCounts:
+    """The map side's account of one batch file: its rows, the values that did not convert, its decode time."""
+
+    rows: int
+    failures_by_column: dict[FailureKey, int]
+    seconds: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class RequestCounts:
+    """A whole request's account, summed over its files."""
+
+    rows: int = 0
+    files: int = 0
+    failures_by_column: dict[FailureKey, int] = field(default_factory=dict)
+    decode_seconds: float | None = None  # where the files were decoded in tasks of their own
+
+
+@dataclass(frozen=True, kw_only=True)
+class Loaded:
+    """A load task's result: its files, its share of the request's account, and the 64-bit hashes of its keys
+    (the driver checks that no key is in two tasks' files)."""
+
+    written: FilesWritten
+    counts: RequestCounts
+    key_hashes: bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConversionCheck:
+    """Per checked column that would lose values: how many, and one row's key (for the user, never the log)."""
+
+    lost: dict[str, int]
+    example: dict[str, str]
