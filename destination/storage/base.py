@@ -18,7 +18,7 @@ from functools import lru_cache
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from destination.errors import StorageError, scrub
+from destination.errors import DestinationError, StorageError, scrub
 
 S3_RETRY_ATTEMPTS = 6  # attempts per S3 call, the first included
 
@@ -120,13 +120,18 @@ class Storage(ABC):
     @contextmanager
     def translated(self, action: str, path: str) -> Iterator[None]:
         """Within the block, an OSError of the storage library (pyarrow's, the operating system's) becomes the
-        contract's StorageError, chained to it; FileNotFoundError stays what it is."""
+        contract's StorageError (or what the backend's `library_error` makes of it), chained to it;
+        FileNotFoundError stays what it is."""
         try:
             yield
         except FileNotFoundError:
             raise
         except OSError as exc:
-            raise StorageError(f"{action} of {self.url(path)} failed: {_reason(exc)}") from exc
+            raise self.library_error(action, path, exc) from exc
+
+    def library_error(self, action: str, path: str, exc: OSError) -> DestinationError:
+        """The contract's error for an OSError of the storage library: a StorageError naming the object."""
+        return StorageError(f"{action} of {self.url(path)} failed: {reason(exc)}")
 
 
 def open_storage(spec: StorageSpec) -> Storage:
@@ -147,7 +152,7 @@ def _s3_storage(spec: StorageSpec) -> Storage:
     return S3Storage(spec)
 
 
-def _reason(exc: OSError) -> str:
+def reason(exc: OSError) -> str:
     """An OSError's cause in words: the system's text when it has one, else the library's (scrubbed)."""
     if exc.strerror:
         return exc.strerror

@@ -24,7 +24,7 @@ import botocore.utils
 import pyarrow.fs as pafs
 
 from destination.errors import DestinationError, StorageError, StorageUnavailable, scrub
-from destination.storage.base import ObjectInfo, Storage, StorageSpec
+from destination.storage.base import ObjectInfo, Storage, StorageSpec, reason
 
 T = TypeVar("T")
 _HINTS = {
@@ -115,6 +115,14 @@ class S3Storage(Storage):
 
     def __getstate__(self) -> dict[str, Any]:
         raise TypeError("S3Storage is not picklable; ship its StorageSpec and call open_storage()")
+
+    def library_error(self, action: str, path: str, exc: OSError) -> DestinationError:
+        """pyarrow's S3 failure that outlasted its retries and that retrying later can cure is StorageUnavailable
+        (gRPC UNAVAILABLE; a Spark task returns it as a value); any other is the contract's StorageError."""
+        if is_transient_arrow_error(str(exc)):
+            return StorageUnavailable(f"{action} of {self.url(path)} failed: object storage stayed unreachable "
+                                      f"through the retries: {reason(exc)}")
+        return super().library_error(action, path, exc)
 
     def _key(self, path: str) -> str:
         return f"{self.prefix}/{path}" if self.prefix else path
