@@ -44,7 +44,12 @@ def server_options(*, root: str, batch_file_format: str, spark_master: str,
                          small_request_bytes=int(environ.get(SMALL_REQUEST_BYTES_ENV) or SMALL_REQUEST_BYTES),
                          health_interval=float(environ.get(HEALTH_INTERVAL_ENV) or HEALTH_INTERVAL),
                          grace_seconds=float(environ.get(GRACE_SECONDS_ENV) or GRACE_SECONDS),
-                         s3_retry_attempts=max(1, int(environ.get(S3_RETRY_ATTEMPTS_ENV) or S3_RETRY_ATTEMPTS)))
+                         s3_retry_attempts=s3_retry_attempts(environ))
+
+
+def s3_retry_attempts(environ: Mapping[str, str] = os.environ) -> int:
+    """Attempts per S3 call (RECORDS_DESTINATION_S3_RETRY_ATTEMPTS, at least 1): the server's, and the commands'."""
+    return max(1, int(environ.get(S3_RETRY_ATTEMPTS_ENV) or S3_RETRY_ATTEMPTS))
 
 
 def s3_credentials(environ: Mapping[str, str] = os.environ) -> tuple[str, str]:

@@ -11,7 +11,7 @@ from destination.changes import cdf
 from destination.changes.arcion import value_text
 from destination.changes.reader import net_between, read_range
 from destination.errors import DestinationError, UserActionRequired
-from destination.settings import s3_credentials
+from destination.settings import s3_credentials, s3_retry_attempts
 from destination.storage.base import Storage, StorageSpec, open_storage
 from destination.table_store.datafiles import align, read_data_file
 from destination.table_store.store import TableStore
@@ -23,7 +23,8 @@ def open_root(root: str, s3: dict[str, str]) -> Storage:
         raise UserActionRequired(f"the root directory {root!r} does not exist")
     access_key_id, secret_access_key = s3_credentials()
     spec = StorageSpec(root=root, s3_endpoint=s3.get("s3_endpoint", ""), s3_region=s3.get("s3_region", ""),
-                       access_key_id=access_key_id, secret_access_key=secret_access_key)
+                       access_key_id=access_key_id, secret_access_key=secret_access_key,
+                       s3_retry_attempts=s3_retry_attempts())
     return open_storage(spec)
 
 
