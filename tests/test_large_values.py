@@ -89,8 +89,11 @@ def write_and_check(stub: Any, configuration: dict[str, str], tmp_path: Path, ki
 
 
 @pytest.mark.parametrize("kind", ["csv", "parquet"])
-def test_large_values_decoded_on_the_driver(stub, configuration, tmp_path, kind) -> None:  # type: ignore[no-untyped-def]
+def test_large_values_decoded_on_the_driver(stub, configuration, tmp_path, kind, capsys) -> None:  # type: ignore[no-untyped-def]
+    """Files small enough for the driver path whose rows decode to more than the driver passes through the Spark
+    job (130 MB of values in a file of a few MB: a 1 GiB JVM heap ran out of memory) are decoded again by tasks."""
     write_and_check(stub, configuration, tmp_path, kind, max_request_bytes=16 << 20)
+    assert capsys.readouterr().out.count("decoding them in Spark tasks instead") == 3  # one per large column
 
 
 @pytest.mark.parametrize("kind", ["csv", "parquet"])

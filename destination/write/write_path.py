@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
+from destination import logs
 from destination.changes.files import STAGING, ChangeTarget, write_empty
 from destination.changes.metadata import KIND_ROWS, KIND_SNAPSHOT, ZERO_TOTALS, ChangeFile, ChangeParts, ChangeSet, change_set
 from destination.changes.settings import ChangeSettings
@@ -101,6 +102,10 @@ class JobOutput:
 
 
 Producer = Callable[[TableVersion | None, VersionTarget], PendingVersion | None]
+# Small requests are decoded on the driver (ServerOptions.small_request_bytes) unless their rows decode to more
+# than this: the driver's units travel inside the job's tasks, and a 1 GiB driver heap ran out of memory on a
+# 16 MiB request holding 130 MB of values
+DRIVER_DECODED_LIMIT = 64 << 20
 
 
 class WritePath:
@@ -129,9 +134,10 @@ class WritePath:
         return JobOutput.of(run_units(self._spark(), task, ctx, units, description))
 
     def _merge_small(self, schema: str, base: TableVersion, target: VersionTarget, plan: BatchPlan,
-                     files_by_bucket: dict[int, tuple[DataFile, ...]], description: str) -> JobOutput:
+                     files_by_bucket: dict[int, tuple[DataFile, ...]], description: str) -> JobOutput | None:
         """A small request: decoded here, merged by one task per bucket it touches (a shuffle's two stages
-        cost more than the decode itself at this size)."""
+        cost more than the decode itself at this size). None when its rows decode to more than
+        DRIVER_DECODED_LIMIT: the caller takes the task-decoded path."""
         parts: list[pa.Table] = []
         failures: Counter[FailureKey] = Counter()
         rows = 0
@@ -140,6 +146,12 @@ class WritePath:
             parts += ops.parts
             rows += ops.rows
             failures.update(ops.failures_by_column)
+        if sum(part.nbytes for part in parts) > DRIVER_DECODED_LIMIT:
+            # the units travel inside the Spark job's tasks, copied several times in the JVM heap: rows this large
+            # (a file of a few large, highly compressible values) are decoded again by tasks that stream them
+            logs.info(f"{description}: {plan.total_bytes} bytes of batch files decode to more than "
+                      f"{DRIVER_DECODED_LIMIT >> 20} MiB; decoding them in Spark tasks instead")
+            return None
         units = [MergeUnit(bucket=b, chunks=(chunk,), files=files_by_bucket.get(b, ()))
                  for b, chunk in (bucket_chunks(pa.concat_tables(parts)) if parts else [])]
         out = self._run(merge_bucket_task, schema, base, target, base.table, units, description, KIND_ROWS)
@@ -347,11 +359,10 @@ class WritePath:
             files_by_bucket = _files_by_bucket(base)
             description = f"{rpc} {schema}.{table_name}"
             started = time.perf_counter()
-            out: JobOutput | None
-            if plan.total_bytes <= self.small_request:
-                out = self._merge_small(schema, base, target, plan, files_by_bucket, description)
-            else:
-                out = self._load_empty(schema, base, target, plan, description) if loads_empty(base, plan) else None
+            out = (self._merge_small(schema, base, target, plan, files_by_bucket, description)
+                   if plan.total_bytes <= self.small_request else None)
+            if out is None and loads_empty(base, plan):
+                out = self._load_empty(schema, base, target, plan, description)
             if out is None:
                 out = self._run_shuffled(schema, base, target, plan, files_by_bucket, description)
             outcome.counts, outcome.failures_by_column, outcome.rows = (out.counts, out.request.failures_by_column,
