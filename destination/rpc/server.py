@@ -71,7 +71,10 @@ def serve(options: ServerOptions, port: int) -> int:
                             [spark_check(service.spark), root_check(storage_spec({}, options))],
                             check_interval(options.health_interval))
     monitor.start()
-    stopping.wait()
+    # with a timeout: the process's signal may be delivered to another thread (gRPC's, Arrow's, a write's pool),
+    # and then only the main thread's return to the interpreter runs the handler; an untimed wait never returns
+    while not stopping.wait(0.5):
+        pass
     monitor.stop()
     server.stop(grace).wait()
     logs.info("stopped")
