@@ -331,6 +331,12 @@ class TableStore:
                 self._abandon(prefix, target, claim)
                 conflicts.append(conflict)
                 continue
+            except RuntimeError as exc:  # a thread pool of the write (CSV read-ahead, ...) refused work at exit
+                self._abandon(prefix, target, claim)
+                abandoned = _abandoned_by_shutdown(exc)
+                if abandoned is None:
+                    raise
+                raise abandoned from None
             except Exception:  # AlreadyApplied included: nothing to commit
                 self._abandon(prefix, target, claim)
                 raise
@@ -433,12 +439,10 @@ class TableStore:
                 for _ in pool.map(lambda f: self.storage.copy(f"{source}/{f.name}", f"{directory}/{f.name}"), files):
                     pass
         except RuntimeError as exc:
-            # the server's grace period ran out and the interpreter is exiting: concurrent.futures takes no new
-            # work (this message is its only signal); the caller removes the uncommitted version
-            if "interpreter shutdown" not in str(exc):
+            abandoned = _abandoned_by_shutdown(exc)
+            if abandoned is None:
                 raise
-            raise WriteAbandoned("write abandoned: the server is stopping and its grace period ran out before the "
-                                 "version was committed; nothing was committed, retry the request") from None
+            raise abandoned from None
 
     def _commit(self, schema: str, prefix: str, base: TableVersion | None, target: int, generation: int,
                 pending: PendingVersion, batch_id: str | None, committed_at: float) -> TableVersion:
@@ -569,3 +573,13 @@ class TableLocks:
             yield
         finally:
             lock.release()
+
+
+def _abandoned_by_shutdown(exc: RuntimeError) -> WriteAbandoned | None:
+    """The server's grace period ran out and the interpreter is exiting: concurrent.futures takes no new work
+    (its message is the only signal: "cannot schedule new futures after [interpreter] shutdown", the second when a
+    pool's worker saw the exit first). The caller removes the uncommitted version."""
+    if "cannot schedule new futures after" not in str(exc):
+        return None
+    return WriteAbandoned("write abandoned: the server is stopping and its grace period ran out before the "
+                          "version was committed; nothing was committed, retry the request")
