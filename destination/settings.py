@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -33,6 +34,8 @@ class ServerOptions:
     health_interval: float = HEALTH_INTERVAL  # seconds between health checks (kept within [0.1, 60])
     grace_seconds: float = GRACE_SECONDS  # in-flight calls' time after SIGTERM
     s3_retry_attempts: int = S3_RETRY_ATTEMPTS  # attempts per S3 call (StorageSpec carries it into tasks)
+    # where a large write's sorted runs are staged in Spark's local mode (removed after each job)
+    scratch_dir: str = os.path.join(tempfile.gettempdir(), "records-destination-scratch")
 
 
 def server_options(*, root: str, batch_file_format: str, spark_master: str,

@@ -206,8 +206,10 @@ def _big_csv(path: Path, ids: np.ndarray, value: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("configuration", ["local"], indirect=True)
-def test_cost_follows_the_change_on_a_million_rows(stub, configuration, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_cost_follows_a_clustered_change_on_a_million_rows(stub, configuration, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Keys that grow: appending new keys rewrites no file, and updating or deleting recent keys rewrites only the
+    files holding them; the files stay sorted, non-overlapping ranges of about the target size."""
+    configuration = {**configuration, "target_file_size": "512KiB"}
     t = table("big", [("id", "LONG", True), ("v", "STRING"), *SYS])
     create(stub, configuration, "cost", t)
 
@@ -222,25 +224,37 @@ def test_cost_follows_the_change_on_a_million_rows(stub, configuration, tmp_path
     store = TableStore(open_storage(spec_of(configuration)))
     loaded = store.load("cost", "big")
     assert loaded is not None and loaded.rows == 1_000_000
+    assert len(loaded.files) >= 8, "a million rows at a 512 KiB target are several files"
+    assert all(f.bytes < 2 * 512 * 1024 for f in loaded.files)
+    _assert_ranges_apart(loaded.files)
     names = {f.name for f in loaded.files}
 
-    send(replace=_big_csv(tmp_path / "new.csv.zstd.aes", np.arange(2_000_000, 2_001_000), "new"))
+    send(replace=_big_csv(tmp_path / "new.csv.zstd.aes", np.arange(1_000_000, 1_010_000), "new"))
     added = store.load("cost", "big")
-    assert added is not None and added.rows == 1_001_000
-    assert names <= {f.name for f in added.files}, "upserting new keys rewrote existing data files"
-    assert sum(f.rows for f in added.files if f.name not in names) == 1000
+    assert added is not None and added.rows == 1_010_000
+    assert names <= {f.name for f in added.files}, "appending new keys rewrote existing data files"
+    _assert_ranges_apart(added.files)
 
-    # 1,000 existing keys that all live in two buckets: only those buckets' files are rewritten
-    in_two = np.array(list(itertools.islice((i for i in range(1_000_000)
-                                             if key_bucket(str(i), added.table.bucket_count) in (3, 11)), 1000)))
-    send(update=_big_csv(tmp_path / "upd.csv.zstd.aes", in_two, "updated"))
+    # recent keys: only the files holding them are rewritten, a small part of the table's bytes
+    recent = np.arange(990_000, 1_005_000, 15)
+    send(update=_big_csv(tmp_path / "upd.csv.zstd.aes", recent, "updated"),
+         delete=_big_csv(tmp_path / "del.csv.zstd.aes", recent[:10] + 1, "gone"))
     updated = store.load("cost", "big")
-    assert updated is not None and updated.rows == 1_001_000
-    rewritten = {f.name for f in added.files} - {f.name for f in updated.files}
-    assert rewritten and all(f.bucket in (3, 11) for f in added.files if f.name in rewritten)
-    assert {f.name for f in added.files if f.bucket not in (3, 11)} <= {f.name for f in updated.files}
-    changed = [x for x in rows_of(configuration, "cost", "big", validate=True) if x["v"] == "updated"]
-    assert sorted(x["id"] for x in changed) == sorted(in_two.tolist())
+    assert updated is not None and updated.rows == 1_010_000 - 10
+    rewritten = [f for f in added.files if f.name not in {g.name for g in updated.files}]
+    assert rewritten and sum(f.bytes for f in rewritten) <= 0.1 * sum(f.bytes for f in added.files)
+    assert all(f.last_key is not None and f.last_key[0] >= 990_000 for f in rewritten)
+    _assert_ranges_apart(updated.files)
+    got = rows_of(configuration, "cost", "big", validate=True)
+    assert sorted(x["id"] for x in got if x["v"] == "updated") == sorted(recent.tolist())
+    assert not {x["id"] for x in got} & set((recent[:10] + 1).tolist())
+
+
+def _assert_ranges_apart(files) -> None:  # type: ignore[no-untyped-def]
+    """Every file's first key ≤ its last key < the next file's first key (a LONG key)."""
+    spans = sorted((f.first_key[0], f.last_key[0]) for f in files if f.rows)
+    assert all(lo <= hi for lo, hi in spans)
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(spans)), spans
 
 
 def test_truncate_drops_and_keeps_whole_files_by_their_statistics(stub, configuration, tmp_path) -> None:  # type: ignore[no-untyped-def]
