@@ -39,7 +39,8 @@ def _finish(storage: Storage, ctx: JobContext, table: pa.Table, table_def: Table
     change files on, the task's events (a row-level version) or `table` itself (a snapshot version)."""
     new_files: tuple[DataFile, ...] = ()
     if table.num_rows:
-        new_files = (write_data_file(storage, ctx.target_dir, data_file_name(bucket), table, table_def, bucket),)
+        new_files = (write_data_file(storage, ctx.target_dir, data_file_name(bucket if bucket is not None else "part"),
+                                     table, table_def, bucket),)
     changes: tuple[ChangeFile, ...] = ()
     target = ctx.changes
     if target is not None:

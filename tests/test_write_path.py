@@ -21,7 +21,6 @@ from destination.table_store.store import TableStore
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING, csv_bytes, seal
 from tests.batchfiles import FMT, seal_raw, write_csv
 from tests.conftest import spec_of
-from tests.reference_model import key_bucket, siphash24
 from tests.rpc_helpers import rows_of, table
 
 KEY = bytes(range(32))
@@ -54,12 +53,6 @@ def create(stub, configuration, schema, t):  # type: ignore[no-untyped-def]
 def r(i: Any, v: Any, ts: str = "2024-01-01T00:00:00Z", **extra: Any) -> dict[str, Any]:
     return {"id": str(i), "v": v, "n": extra.get("n", U if v == U else "1"), "_fivetran_synced": ts,
             "_fivetran_deleted": extra.get("deleted", "false")}
-
-
-def test_the_bucket_model_computes_siphash_24() -> None:
-    """The tests' own SipHash gives the paper's test vector (key 00..0f, message 00..0e)."""
-    assert siphash24(bytes(range(16)), bytes(range(15))) == 0xA129CA6149BE45E5
-    assert siphash24(bytes(range(16)), b"") == 0x726FDB47DD0E0E31
 
 
 def test_request_order_and_repeated_keys(stub, configuration, tmp_path) -> None:  # type: ignore[no-untyped-def]
