@@ -16,7 +16,7 @@ import pytest
 
 from destination.protocol import sdk
 from destination.storage.base import open_storage
-from destination.table_model import ColumnDef
+from destination.table_model import ColumnDef, TableDef
 from destination.table_store.store import TableStore
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING, csv_bytes, seal
 from tests.batchfiles import FMT, seal_raw, write_csv
@@ -309,3 +309,72 @@ def test_files_travel_with_the_plan_for_executors_elsewhere(tmp_path) -> None:  
                                 ColumnDef("_fivetran_synced", "UTC_DATETIME"), ColumnDef("_fivetran_deleted", "BOOLEAN")))
     ops = file_operations(definition, plan.files[0], FMT)
     assert ops.rows == 10
+
+
+def _legacy_table(configuration, t, rows_per_bucket):  # type: ignore[no-untyped-def]
+    """A table as versions before key ranges wrote it: placement by 16 key-hash buckets (no placement field in
+    `_table.json`), each bucket's file holding keys from all over the key space, in no order."""
+    import json
+
+    from destination.rpc.proto_convert import table_from_proto
+    from destination.table_model import HASH_BUCKETS
+    from destination.table_store import records
+    from destination.table_store.datafiles import align, write_data_file
+    from destination.table_store.store import PendingVersion
+
+    store = TableStore(open_storage(spec_of(configuration)))
+    table_def = table_from_proto(t)
+    legacy = TableDef(table_def.name, table_def.columns, placement=HASH_BUCKETS)
+
+    def produce(base, target):  # type: ignore[no-untyped-def]
+        files = []
+        for bucket, ids in enumerate(rows_per_bucket):
+            rows = pa.table({"id": pa.array(ids, pa.int64()), "v": [f"old {i}" for i in ids],
+                             "_fivetran_synced": pa.array(np.full(len(ids), 1_700_000_000_000_000), pa.timestamp("us", tz="UTC")),
+                             "_fivetran_deleted": pa.array(np.zeros(len(ids), dtype=bool))})
+            files.append(write_data_file(store.storage, target.directory, f"b{bucket:04d}-legacy.parquet",
+                                         align(rows, legacy), legacy, bucket))
+        return PendingVersion(legacy, files, [], {"kind": "write_batch"})
+    store.write("old", t.name, produce)
+    current = store.load("old", t.name)
+    raw = json.loads(store.storage.read_bytes(f"{current.directory}/{records.TABLE_JSON}"))  # type: ignore[union-attr]
+    raw["table"].pop("placement")  # exactly what an older version wrote
+    raw["table"]["bucket_count"] = 16
+    store.storage.write_bytes(f"{current.directory}/{records.TABLE_JSON}", json.dumps(raw).encode())
+    assert not store.load("old", t.name).table.in_key_ranges  # type: ignore[union-attr]
+    return store
+
+
+def test_a_table_in_key_hash_buckets_is_placed_in_key_ranges_by_its_first_write(stub, configuration, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    t = table("legacy", [("id", "LONG", True), ("v", "STRING"), *SYS])
+    rng = np.random.default_rng(7)
+    ids = rng.permutation(3000)
+    store = _legacy_table(configuration, t, [ids[i::3].tolist() for i in range(3)])
+    before = store.load("old", "legacy")
+    assert before is not None and before.rows == 3000
+    write(stub, configuration, "old", t, tmp_path, update=[r(5, "new five")], replace=[r(5000, "new")])
+    after = store.load("old", "legacy")
+    assert after is not None and after.table.in_key_ranges and after.version == before.version + 2
+    spans = sorted((f.first_key[0], f.last_key[0]) for f in after.files)
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(spans)), "files no longer overlap"
+    got = {x["id"]: x["v"] for x in rows_of(configuration, "old", "legacy")}
+    assert len(got) == 3001 and got[5] == "new five" and got[5000] == "new" and got[2999] == "old 2999"
+
+
+def test_many_small_syncs_are_compacted_into_files_near_the_target(stub, configuration, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    configuration = {**configuration, "target_file_size": "64KiB"}
+    t = table("small", [("id", "LONG", True), ("v", "STRING"), *SYS])
+    create(stub, configuration, "many", t)
+    store = TableStore(open_storage(spec_of(configuration)))
+    counts = []
+    for sync in range(24):  # each sync appends new keys: one small file each, unless compaction folds them
+        write(stub, configuration, "many", t, tmp_path,
+              replace=[r(sync * 500 + i, f"text of row {sync * 500 + i} " * 3) for i in range(500)])
+        counts.append(len(store.load("many", "small").files))  # type: ignore[union-attr]
+    current = store.load("many", "small")
+    assert current is not None and current.rows == 24 * 500
+    assert max(counts) < 24 // 2 and counts[-1] < 24 // 2, counts
+    assert sum(f.bytes < 64 * 1024 // 2 for f in current.files) < 4 + 2, [f.bytes for f in current.files]
+    spans = sorted((f.first_key[0], f.last_key[0]) for f in current.files)
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(spans))
+    assert sorted(x["id"] for x in rows_of(configuration, "many", "small")) == list(range(24 * 500))
