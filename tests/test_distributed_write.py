@@ -7,6 +7,7 @@ import itertools
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pyarrow as pa
 import pytest
 
@@ -112,3 +113,28 @@ def test_tester_inputs_through_spark_tasks(grpc_server, configuration, tmp_path,
 @pytest.mark.parametrize("steps", [PLAIN_STEPS, HISTORY_STEPS], ids=["plain", "history"])
 def test_request_sequences_through_spark_tasks(grpc_server, tmp_path: Path, steps: list[dict[str, Any]]) -> None:  # type: ignore[no-untyped-def]
     run_steps(grpc_server, {"root": str(tmp_path / "root"), **VARIANTS["arcion-json"]}, tmp_path, steps)
+
+
+def test_staged_runs_are_removed_after_the_write_and_after_a_failure(stub, configuration, tmp_path,  # type: ignore[no-untyped-def]
+                                                                     server_options) -> None:
+    """Large requests stage their sorted operations as runs in the scratch directory (Spark's local mode): none is
+    left behind, whether the write committed or a batch file failed to decode in stage 1."""
+    scratch = tmp_path / "scratch"
+    server_options(scratch_dir=str(scratch), small_request_bytes=0)
+    t = table("staged", [("id", "INT", True), ("v", "STRING"), ("n", "LONG"), *SYS])
+    create(stub, configuration, "runs", t)
+    request = _request(configuration, "runs", t, tmp_path, [[r(i, "x") for i in range(f * 100, f * 100 + 100)]
+                                                             for f in range(3)])
+    assert stub.WriteBatch(request).WhichOneof("response") == "success"
+    assert scratch.exists() and not [p for p in scratch.rglob("*") if p.is_file()], "runs were staged and removed"
+
+    broken = tmp_path / "broken.csv.zstd.aes"
+    broken.write_bytes(b"not an encrypted batch file" * 100)
+    bad = _request(configuration, "runs", t, tmp_path, [[r(1000, "y")]])
+    bad.replace_files.append(str(broken))
+    bad.keys[str(broken)] = KEY
+    with pytest.raises(grpc.RpcError) as rejected:
+        stub.WriteBatch(bad)
+    assert "broken.csv.zstd.aes" in rejected.value.details()
+    assert not [p for p in scratch.rglob("*") if p.is_file()], "a failed write left staged runs behind"
+    assert sorted(x["id"] for x in rows_of(configuration, "runs", "staged")) == list(range(300))

@@ -8,7 +8,8 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
@@ -193,12 +194,21 @@ class WritePath:
         out.request = RequestCounts(rows=rows, files=len(plan.files), failures_by_column=dict(failures))
         return out
 
+    @contextmanager
     def _stage_runs(self, schema: str, base: TableVersion, target: VersionTarget, table: TableDef,
-                    sources: Callable[[str], list[RunSource]], description: str) -> tuple[JobContext, list[SortedRun]]:
-        """Stage 1: one task per source sorts its rows into a run in the scratch storage."""
+                    sources: Callable[[str], list[RunSource]], description: str) -> Iterator[tuple[JobContext, list[SortedRun]]]:
+        """Stage 1: one task per source sorts its rows into a run in the scratch storage; the runs are removed
+        when the block ends, whether the job succeeded or not."""
         ctx = self._context(schema, base, target, table, KIND_ROWS)
-        runs = run_units(self._spark(), sort_run_task, ctx, sources(self._scratch_dir(target)), f"{description} (sort)")
-        return ctx, runs
+        directory = self._scratch_dir(target)
+        try:
+            yield ctx, run_units(self._spark(), sort_run_task, ctx, sources(directory), f"{description} (sort)")
+        finally:
+            storage = open_storage(self.placement.scratch) if self.placement.scratch else self.store.storage
+            try:
+                storage.delete_prefix(directory)
+            except Exception as exc:  # the version's own directory is cleared with it; a scratch leftover is logged
+                logs.warning(f"{description}: could not remove staged runs {storage.url(directory)}: {exc}")
 
     def _scratch_dir(self, target: VersionTarget) -> str:
         """Where one job's sorted runs go: the scratch storage's, or (executors elsewhere) the new version's own
@@ -247,17 +257,8 @@ class WritePath:
         def sources(directory: str) -> list[RunSource]:
             return [RunSource(run_path=f"{directory}/{ref.position:06d}.arrow", ref=ref, fmt=plan.fmt)
                     for ref in plan.files]
-        ctx, runs = self._stage_runs(schema, base, target, base.table, sources, description)
-        try:
+        with self._stage_runs(schema, base, target, base.table, sources, description) as (ctx, runs):
             return self._merge_runs(ctx, base.files, runs, description)
-        finally:
-            self._drop_runs(runs)
-
-    def _drop_runs(self, runs: Sequence[SortedRun]) -> None:
-        storage = open_storage(self.placement.scratch) if self.placement.scratch else self.store.storage
-        directories = {run.run_path.rsplit("/", 1)[0] for run in runs}
-        for directory in directories:
-            storage.delete_prefix(directory)
 
     def _place_in_ranges(self, schema: str, name: str) -> None:
         """A table placed in key-hash buckets (written before key ranges) is placed anew in key ranges, as a
@@ -272,11 +273,8 @@ class WritePath:
             def sources(directory: str) -> list[RunSource]:
                 return [RunSource(run_path=f"{directory}/{i:06d}.arrow", stored=f) for i, f in enumerate(stored)]
             description = f"place {schema}.{name} in key ranges"
-            ctx, runs = self._stage_runs(schema, base, target, table, sources, description)
-            try:
+            with self._stage_runs(schema, base, target, table, sources, description) as (ctx, runs):
                 out = self._merge_runs(ctx, [], runs, description, rows_only=True)
-            finally:
-                self._drop_runs(runs)
             logs.info(f"{schema}.{name}: placed {sum(f.rows for f in stored)} rows of {len(stored)} key-hash bucket "
                       f"files in {len(out.new_files)} key-range files")
             return PendingVersion(table, out.new_files, [], {"kind": "place_in_key_ranges"}, out.change_parts(KIND_ROWS))
