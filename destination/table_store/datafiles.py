@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import decimal
 import math
-from contextlib import ExitStack
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -230,64 +229,3 @@ def align(table: pa.Table, table_def: TableDef) -> pa.Table:
         else:
             arrays.append(pa.nulls(table.num_rows, f.type))
     return pa.Table.from_arrays(arrays, schema=schema)
-
-
-class BucketFiles:
-    """One data file per bucket, written in row groups as rows arrive (a load task's output). Buffers are
-    flushed together once they hold `flush_rows` rows, which bounds the task's memory."""
-
-    def __init__(self, storage: Storage, directory: str, table_def: TableDef, flush_rows: int = 400_000) -> None:
-        self.storage, self.directory, self.table_def = storage, directory, table_def
-        self.schema = arrow_schema(table_def.columns)
-        self.flush_rows = flush_rows
-        self._buffers: dict[int, list[pa.Table]] = {}
-        self._buffered = 0
-        self._sinks = ExitStack()  # the open output streams, closed by close()
-        self._writers: dict[int, pq.ParquetWriter] = {}
-        self._stats: dict[int, DataFile] = {}
-
-    def add(self, bucket: int, rows: pa.Table) -> None:
-        if not rows.num_rows:
-            return
-        if not rows.schema.equals(self.schema):
-            rows = rows.select(self.schema.names).cast(self.schema)
-        self._buffers.setdefault(bucket, []).append(rows)
-        self._buffered += rows.num_rows
-        if self._buffered >= self.flush_rows:
-            self.flush()
-
-    def flush(self) -> None:
-        with self.storage.translated("write", self.directory):
-            self._flush()
-
-    def _flush(self) -> None:
-        for bucket, parts in self._buffers.items():
-            table = pa.concat_tables(parts)
-            if bucket not in self._writers:
-                name = data_file_name(bucket)
-                sink = self._sinks.enter_context(self.storage.open_output(f"{self.directory}/{name}"))
-                self._writers[bucket] = pq.ParquetWriter(sink, self.schema, **WRITE_OPTIONS)
-                self._stats[bucket] = DataFile(name=name, rows=0, bytes=0, bucket=bucket)
-            self._writers[bucket].write_table(table, row_group_size=ROW_GROUP_ROWS)
-            lo, hi = synced_range(table)
-            seen = self._stats[bucket]
-            rows = key_range(table, self.table_def)
-            self._stats[bucket] = replace(
-                seen, rows=seen.rows + table.num_rows, min_synced=_extreme(min, seen.min_synced, lo),
-                max_synced=_extreme(max, seen.max_synced, hi),
-                key_range=rows if not seen.rows else union_range(seen.key_range, rows, self.table_def))
-        self._buffers.clear()
-        self._buffered = 0
-
-    def close(self) -> list[DataFile]:
-        self.flush()
-        with self.storage.translated("write", self.directory):
-            for writer in self._writers.values():
-                writer.close()
-            self._sinks.close()
-        return [replace(stats, bytes=self.storage.size(f"{self.directory}/{stats.name}"))
-                for stats in self._stats.values()]
-
-
-def _extreme(pick: Any, a: int | None, b: int | None) -> int | None:
-    return b if a is None else a if b is None else pick(a, b)
