@@ -17,7 +17,8 @@ def _serve(args: argparse.Namespace) -> int:
     from destination.settings import server_options
 
     logs.configure_library_logging()
-    options = server_options(root=args.root, batch_file_format=args.batch_file_format, spark_master=args.spark_master)
+    options = server_options(root=args.root, batch_file_format=args.batch_file_format, spark_master=args.spark_master,
+                             metrics_port=args.metrics_port, spark_ui_port=args.spark_ui_port)
     return serve(options, args.port)
 
 
@@ -76,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--root", default="./data", help="local path or s3://bucket/prefix (default ./data)")
     serve.add_argument("--batch-file-format", choices=("csv", "parquet"), default="csv")
     serve.add_argument("--spark-master", default="local[*]", help="Spark master URL (default local[*])")
+    serve.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics and the status page on this HTTP "
+                                                        "port (default: off; 9464 is Prometheus' usual one)")
+    serve.add_argument("--spark-ui-port", type=int, help="turn Spark's own web UI on, on this port (default: off)")
     serve.set_defaults(func=_serve)
 
     tester = sub.add_parser("tester", help="drive a server with Fivetran destination-tester input files")
