@@ -4,7 +4,10 @@ sized), and every log line carries its context."""
 from __future__ import annotations
 
 import json
+import os
 import struct
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -23,6 +26,8 @@ from destination.tester.harness import Harness
 from tests.browser import chromium
 from tests.conftest import spec_of
 from tests.rpc_helpers import table
+from tests.s3server import free_port
+from tests.serverproc import SERVING, start_server, wait_for
 from tests.test_write_path import SYS, create, r, write
 
 INPUT = Path(__file__).resolve().parent.parent.parent / "shared" / "tester-inputs" / "clickhouse" / \
@@ -206,3 +211,83 @@ def test_status_page_and_metrics_endpoints_answer(status_url: str) -> None:
     with pytest.raises(urllib.error.HTTPError) as missing:
         get(f"{status_url}/table?schema=none&table=none")
     assert missing.value.code == 404
+
+
+def test_serve_with_metrics_port_log_context_and_port_file(tmp_path: Path) -> None:
+    """A `serve` process: its log lines carry the account and group, the request's ones its schema and table; the
+    port file names the port it listens on, which the Docker HEALTHCHECK's probe follows without an address."""
+    port_file = tmp_path / "port"
+    metrics_port = free_port()
+    server = start_server(str(tmp_path / "root"), tmp_path / "log", "--metrics-port", str(metrics_port),
+                          FIVETRAN_ACCOUNT_NAME="acme", FIVETRAN_GROUP_NAME="warehouse",
+                          RECORDS_DESTINATION_PORT_FILE=str(port_file))
+    try:
+        wait_for(lambda: server.health() == SERVING, "SERVING", server)
+        assert server.address == f"127.0.0.1:{int(port_file.read_text())}"
+        probe = subprocess.run([sys.executable, "-m", "destination.rpc.healthcheck"], capture_output=True, text=True,
+                               env={**os.environ, "RECORDS_DESTINATION_PORT_FILE": str(port_file)}, timeout=60)
+        assert probe.returncode == 0 and probe.stdout.strip() == "SERVING", probe.stdout
+        create(server.stub(), {}, "ctx", table("t", [("id", "INT", True), *SYS]))
+        _type, text = get(f"http://127.0.0.1:{metrics_port}/metrics")
+        samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                   for family in text_string_to_metric_families(text) for s in family.samples}
+        assert value(samples, "records_destination_requests_total", rpc="CreateTable", table="ctx.t",
+                     result="success") == 1
+        assert value(samples, "records_destination_table_version", table="ctx.t") == 1
+    finally:
+        server.stop()
+    lines = server.messages()
+    assert lines and all(line["account_name"] == "acme" and line["group_name"] == "warehouse" for line in lines)
+    created = [line for line in lines if line["message"].startswith("[CreateTable] ctx.t: created")]
+    assert len(created) == 1 and (created[0]["schema"], created[0]["table"]) == ("ctx", "t")
+    assert all("schema" not in line for line in lines if line["message"].startswith("listening on port"))
+
+
+def test_health_probe_address_follows_the_port_file(tmp_path: Path) -> None:
+    from destination.rpc.healthcheck import default_address
+
+    written = tmp_path / "port"
+    written.write_text("50123\n")
+    assert default_address(str(written)) == "localhost:50123"
+    assert default_address(str(tmp_path / "absent")) == "localhost:50052"  # not written yet: the image's default
+    assert default_address(None) == "localhost:50052"
+
+
+def test_dockerfile_healthcheck_has_no_fixed_port() -> None:
+    text = (Path(__file__).resolve().parent.parent / "Dockerfile").read_text()
+    healthcheck = text[text.index("HEALTHCHECK --"):].split("\n")[1]
+    assert healthcheck.strip() == 'CMD ["python3", "-m", "destination.rpc.healthcheck"]'
+    assert "RECORDS_DESTINATION_PORT_FILE=" in text
+
+
+def test_log_lines_carry_account_group_and_request(capsys: pytest.CaptureFixture[str]) -> None:
+    from destination import logs
+
+    try:
+        logs.set_process_context(account_name="acme", group_name="")
+        logs.info("outside")
+        with logs.request_scope("s", "t"):
+            logs.warning("inside")
+        lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    finally:
+        logs.set_process_context()
+    assert lines[0] == {"level": "INFO", "message": "outside", "message-origin": "sdk_destination", "account_name": "acme"}
+    assert lines[1] == {"level": "WARNING", "message": "inside", "message-origin": "sdk_destination",
+                        "account_name": "acme", "schema": "s", "table": "t"}
+
+
+def test_settings_read_the_operability_options() -> None:
+    from destination.settings import server_options
+
+    options = server_options(root="r", batch_file_format="csv", spark_master="local[1]", metrics_port=9464,
+                             spark_ui_port=4040, environ={"RECORDS_DESTINATION_PROGRESS_INTERVAL": "0.5",
+                                                          "RECORDS_DESTINATION_METRICS_TABLES": "7",
+                                                          "RECORDS_DESTINATION_STATUS_REFRESH": "60",
+                                                          "FIVETRAN_ACCOUNT_NAME": "acme",
+                                                          "FIVETRAN_GROUP_NAME": "warehouse",
+                                                          "RECORDS_DESTINATION_PORT_FILE": "/tmp/p"})
+    assert (options.metrics_port, options.spark_ui_port, options.progress_interval, options.metrics_tables,
+            options.status_refresh, options.account_name, options.group_name, options.port_file) == \
+        (9464, 4040, 0.5, 7, 60.0, "acme", "warehouse", "/tmp/p")
+    defaults = server_options(root="r", batch_file_format="csv", spark_master="local[1]", environ={})
+    assert (defaults.metrics_port, defaults.spark_ui_port, defaults.progress_interval) == (None, None, 10.0)
