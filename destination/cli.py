@@ -28,7 +28,7 @@ def _tester(args: argparse.Namespace) -> int:
     return run_tester(args.input, address=args.address, schema=args.schema_name, plain_text=args.plain_text,
                       batch_file_type=args.batch_file_type, configuration_file=args.configuration,
                       batch_dir=args.batch_dir, server_batch_dir=args.server_batch_dir,
-                      connect_timeout=args.connect_timeout)
+                      connect_timeout=args.connect_timeout, status_url=args.status_url)
 
 
 def _tables(args: argparse.Namespace) -> int:
@@ -96,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                    "default: the same path)")
     tester.add_argument("--connect-timeout", type=float, default=10.0,
                         help="seconds to wait for the server to answer (default 10)")
+    tester.add_argument("--status-url", help="the server's --metrics-port as a URL (http://localhost:9464): the live "
+                                             "bar of a call shows its Spark tasks, files and time left")
     tester.set_defaults(func=_tester)
 
     for name, helptext in (("tables", "list schemas, tables, versions and row counts"), ("show", "print a table's rows")):

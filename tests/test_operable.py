@@ -3,11 +3,13 @@ progress lines, the status page shows the run's tables and requests in a real he
 sized), and every log line carries its context."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import struct
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -23,6 +25,7 @@ from destination.rpc.service import DestinationService
 from destination.storage.base import open_storage
 from destination.table_store.store import TableStore
 from destination.tester.harness import Harness
+from destination.tester.progress import CallProgress, render
 from tests.browser import chromium
 from tests.conftest import spec_of
 from tests.rpc_helpers import table
@@ -137,16 +140,23 @@ def test_table_label_is_bounded_to_the_most_recently_active_tables() -> None:
     assert kept == {"s.t7", "s.t9", "s.t10"} and labels.tracked() == ["s.t9", "s.t7", "s.t10"]
 
 
-def test_long_writes_log_progress_lines(stub: Any, grpc_endpoint: tuple[str, DestinationService],
+def test_long_writes_log_progress_lines(stub: Any, grpc_endpoint: tuple[str, DestinationService], status_url: str,
                                         through_spark_tasks: None, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Progress lines every interval (0.05 s here, RECORDS_DESTINATION_PROGRESS_INTERVAL), and the tester's live bar
+    from the server's /api/progress meanwhile."""
     monkeypatch.setattr(grpc_endpoint[1].observer, "progress_interval", 0.05)
     configuration = {"root": str(tmp_path / "root")}
     t = table("slow", [("id", "INT", True), ("v", "STRING"), ("n", "INT"), *SYS])
     create(stub, configuration, "progress", t)
     capsys.readouterr()
-    write(stub, configuration, "progress", t, tmp_path, replace=[r(i, f"v{i}") for i in range(20000)],
-          update=[r(i, "u") for i in range(0, 20000, 7)], delete=[r(i, "") for i in range(0, 20000, 11)])
+    terminal = io.StringIO()
+    with CallProgress(terminal, True, status_url, "progress", poll_seconds=0.02).call("WriteBatch", "slow (3 files)"):
+        write(stub, configuration, "progress", t, tmp_path, replace=[r(i, f"v{i}") for i in range(20000)],
+              update=[r(i, "u") for i in range(0, 20000, 7)], delete=[r(i, "") for i in range(0, 20000, 11)])
+    drawn = terminal.getvalue().split("\r")
+    assert any(line.startswith("WriteBatch slow (3 files): ") and "] Spark tasks " in line for line in drawn), drawn
+    assert drawn[-1] == ""  # the bar is cleared for the call's own line
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     progress = [line for line in lines if ": progress: " in line["message"]]
     assert progress, [line["message"] for line in lines]
@@ -291,3 +301,25 @@ def test_settings_read_the_operability_options() -> None:
         (9464, 4040, 0.5, 7, 60.0, "acme", "warehouse", "/tmp/p")
     defaults = server_options(root="r", batch_file_format="csv", spark_master="local[1]", environ={})
     assert (defaults.metrics_port, defaults.spark_ui_port, defaults.progress_interval) == (None, None, 10.0)
+
+
+def test_tester_progress_line() -> None:
+    running = {"tasks_done": 6, "tasks_total": 24, "files": 3, "files_decoded": 2, "mb_per_second": 12.5,
+               "seconds_left": 30.2}
+    assert render("WriteBatch", "t (9 rows)", 12.4, running, bar=True) == (
+        "WriteBatch t (9 rows): 12s [######------------------] Spark tasks 6/24, files 2/3, 12.5 MB/s, ~30s left")
+    assert render("WriteBatch", "t", 3.0, running, bar=False) == \
+        "WriteBatch t: 3s Spark tasks 6/24, files 2/3, 12.5 MB/s, ~30s left"
+    assert render("Migrate", "t (drop)", 1.0, None, bar=True) == "Migrate t (drop): 1s"
+
+
+def test_tester_prints_plain_lines_when_not_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    import destination.tester.progress as tester_progress
+
+    monkeypatch.setattr(tester_progress, "PLAIN_EVERY", 0.05)
+    out = io.StringIO()
+    with CallProgress(out, False, None, "s", poll_seconds=0.01).call("WriteBatch", "t (5 rows)"):
+        time.sleep(0.3)
+    lines = out.getvalue().splitlines()
+    assert lines and "\r" not in out.getvalue()
+    assert all(line.startswith("     WriteBatch t (5 rows): ") for line in lines)
