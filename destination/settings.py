@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -44,11 +45,13 @@ class ServerOptions:
     metrics_port: int | None = None  # the HTTP port of /metrics and the status page (None: off)
     spark_ui_port: int | None = None  # Spark's own web UI (None: off)
     progress_interval: float = PROGRESS_INTERVAL  # seconds between a long write's progress lines
-    metrics_tables: int = METRICS_TABLES  # bound on the `table` label's values (others: `_other`)
+    metrics_tables: int = METRICS_TABLES  # how many tables (the most recently active) keep a `table` label
     status_refresh: float = STATUS_REFRESH  # seconds between background listings of the root (status page)
     account_name: str = ""  # FIVETRAN_ACCOUNT_NAME and FIVETRAN_GROUP_NAME: context of every log line
     group_name: str = ""
     port_file: str | None = None  # a file the server writes its gRPC port into (the Docker HEALTHCHECK reads it)
+    # where a large write's sorted runs are staged in Spark's local mode (removed after each job)
+    scratch_dir: str = os.path.join(tempfile.gettempdir(), "records-destination-scratch")
 
 
 def server_options(*, root: str, batch_file_format: str, spark_master: str, metrics_port: int | None = None,

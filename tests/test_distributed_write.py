@@ -3,6 +3,7 @@ table merged where it is decoded (one task per core, no shuffle). Tester inputs 
 the reference model says and replay exactly from their change files, as on the small-request path."""
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,6 @@ from destination.table_store.datafiles import read_data_file
 from destination.table_store.store import TableStore
 from tests.batchfiles import write_csv
 from tests.conftest import spec_of
-from tests.reference_model import key_bucket
 from tests.rpc_helpers import rows_of, table
 from tests.test_change_replay import HISTORY_STEPS, PLAIN_STEPS, VARIANTS, check_replay, run_input, run_steps
 from tests.test_conformance import ALL_INPUTS
@@ -59,14 +59,16 @@ def test_first_load_of_distinct_keys_writes_truthful_file_statistics(stub, confi
     store = TableStore(open_storage(spec_of(configuration)))
     current = store.load("load", "stats")
     assert current is not None and current.rows == 2000
-    per_bucket: dict[int | None, int] = {}
+    spans = []
     for f in current.files:
         rows = read_data_file(store.storage, current.directory, f.name)
         synced = rows.column("_fivetran_synced").cast(pa.int64()).to_pylist()
+        ids = rows.column("id").to_pylist()
         assert (f.rows, f.min_synced, f.max_synced) == (rows.num_rows, min(synced), max(synced))
-        assert {key_bucket(str(i), current.table.bucket_count) for i in rows.column("id").to_pylist()} == {f.bucket}
-        per_bucket[f.bucket] = per_bucket.get(f.bucket, 0) + 1
-    assert max(per_bucket.values()) > 1, "one task per core each wrote its own file of a bucket (no shuffle)"
+        assert ids == sorted(ids) and (f.first_key, f.last_key) == ([ids[0]], [ids[-1]])
+        spans.append((ids[0], ids[-1]))
+    spans.sort()
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(spans)), "files hold non-overlapping key ranges"
     assert sorted(row["id"] for row in rows_of(configuration, "load", "stats")) == list(range(2000))
 
 

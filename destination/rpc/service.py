@@ -32,7 +32,14 @@ from destination.errors import (
     scrub,
 )
 from destination.protocol import common, sdk, sdk_grpc
-from destination.rpc.configuration import TEST_SPARK, TEST_STORAGE, configuration_form, storage_spec, unknown_fields_message
+from destination.rpc.configuration import (
+    TEST_SPARK,
+    TEST_STORAGE,
+    configuration_form,
+    storage_spec,
+    target_file_bytes,
+    unknown_fields_message,
+)
 from destination.rpc.observe import Observer, result_of
 from destination.rpc.proto_convert import file_format, table_from_proto, table_to_proto
 from destination.settings import ServerOptions
@@ -44,7 +51,7 @@ from destination.write.batches import WRITE_BATCH, WRITE_HISTORY_BATCH, check_mo
 from destination.write.migrations import migrate, migration_target
 from destination.write.progress import current as current_work
 from destination.write.session import get_session, trivial_job
-from destination.write.write_path import WritePath
+from destination.write.write_path import PlacementSettings, WritePath
 
 TARGET_LOCK_SECONDS = 600.0
 
@@ -94,7 +101,14 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
             if store is None:
                 store = self._stores[spec] = TableStore(open_storage(spec),
                                                         observer=self.observer.commit_observer(spec.root))
-        return Backend(store, WritePath(store, self.spark, changes, self.options.small_request_bytes))
+        placement = PlacementSettings(target_file_bytes=target_file_bytes(config), scratch=self._scratch())
+        return Backend(store, WritePath(store, self.spark, changes, self.options.small_request_bytes, placement))
+
+    def _scratch(self) -> StorageSpec | None:
+        """Sorted runs go to a local directory when the executors are local; else to the table's storage."""
+        if not self.options.spark_master.startswith("local"):
+            return None
+        return StorageSpec(root=self.options.scratch_dir, s3_retry_attempts=self.options.s3_retry_attempts)
 
     def _warn_unknown_fields(self, config: dict[str, str]) -> None:
         """Once per distinct set of unknown fields: every request carries the configuration."""
