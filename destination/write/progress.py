@@ -114,8 +114,8 @@ def read_progress(work: RequestWork, context: SparkContext | None) -> Progress:
                     stages = [s for s in infos if s is not None]
                     done += sum(s.numCompletedTasks for s in stages)
                     total += sum(s.numTasks for s in stages)
-                    if stages and work.files and stages[0].numTasks == work.files and len(stages) > 1:
-                        decoded = (decoded or 0) + stages[0].numCompletedTasks  # the shuffle's map stage: a file each
+                    if stages and work.files and stages[0].numTasks == work.files:
+                        decoded = (decoded or 0) + stages[0].numCompletedTasks  # a decode stage: a file per task
         except Exception:  # the JVM went away: report what is known without Spark
             done = total = 0
     now = time.monotonic()
