@@ -40,6 +40,7 @@ from destination.rpc.configuration import (
     target_file_bytes,
     unknown_fields_message,
 )
+from destination.rpc.observe import Observer, result_of
 from destination.rpc.proto_convert import file_format, table_from_proto, table_to_proto
 from destination.settings import ServerOptions
 from destination.storage.base import StorageSpec, open_storage
@@ -48,6 +49,7 @@ from destination.table_model import DELETED
 from destination.table_store.store import AlreadyApplied, TableLocks, TableStore
 from destination.write.batches import WRITE_BATCH, WRITE_HISTORY_BATCH, check_mode, files_format, plan_batch, ships_bytes
 from destination.write.migrations import migrate, migration_target
+from destination.write.progress import current as current_work
 from destination.write.session import get_session, trivial_job
 from destination.write.write_path import PlacementSettings, WritePath
 
@@ -80,11 +82,13 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         self._stores: dict[StorageSpec, TableStore] = {}
         self._stores_lock = threading.Lock()
         self._warned_configurations: set[str] = set()
+        self.observer = Observer(options)
 
     # ---- plumbing ----------------------------------------------------------------------
 
     def spark(self) -> Any:
-        return get_session(self.options.spark_master, self.options.driver_memory, self.options.spark_event_log)
+        return get_session(self.options.spark_master, self.options.driver_memory, self.options.spark_event_log,
+                           self.options.spark_ui_port)
 
     def backend(self, configuration: Any) -> Backend:
         """The store of the configuration's root (one per root, kept) and a writer with its change settings."""
@@ -95,7 +99,8 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         with self._stores_lock:
             store = self._stores.get(spec)
             if store is None:
-                store = self._stores[spec] = TableStore(open_storage(spec))
+                store = self._stores[spec] = TableStore(open_storage(spec),
+                                                        observer=self.observer.commit_observer(spec.root))
         placement = PlacementSettings(target_file_bytes=target_file_bytes(config), scratch=self._scratch())
         return Backend(store, WritePath(store, self.spark, changes, self.options.small_request_bytes, placement))
 
@@ -159,6 +164,13 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
             @functools.wraps(method)
             def run(self: DestinationService, request: Any, context: grpc.ServicerContext) -> Any:
                 schema, table = table_of(request)
+                with self.observer.request(name, schema, table) as work:
+                    answer = handle(self, request, context, schema, table)
+                    work.result = result_of(answer)
+                    return answer
+
+            def handle(self: DestinationService, request: Any, context: grpc.ServicerContext, schema: str,
+                       table: str) -> Any:
                 label = f"[{name}] {schema}.{table}"
                 started = time.monotonic()
                 try:
@@ -229,11 +241,17 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         backend.writer.ensure_columns(schema, current, list(table_from_proto(request.table).columns))
         fmt = files_format(files, file_format(request.file_params), self.options.batch_file_format)
         plan = plan_batch(files, dict(request.keys), fmt, ships_bytes(self.options.spark_master))
+        work = current_work()
+        if work is not None:
+            self.observer.batch(rpc, work, plan)
         try:
             outcome = backend.writer.write_batch(schema, table, plan, rpc)
         except AlreadyApplied as done:
+            self.observer.retried()
             return (sdk.WriteBatchResponse(success=True),
                     f"{len(plan.files)} files already applied in version {done.version} (retried request)")
+        if work is not None:
+            self.observer.written(rpc, work, current.table, outcome)
         for failure, count in sorted(outcome.failures_by_column.items()):
             logs.warning(f"[{rpc}] {schema}.{table}: {failure_summary(failure, count)}")
         return sdk.WriteBatchResponse(success=True), (f"{outcome.rows} rows from {len(plan.files)} files: "
