@@ -109,6 +109,11 @@ class Place:
     def file(self, i: int) -> str:
         return f"{self.root}/part-{i:04d}.parquet"
 
+    @property
+    def url(self) -> str:
+        """The place as other tools name it: a local path, or s3://bucket/prefix."""
+        return f"s3://{self.root}" if isinstance(self.fs, pafs.S3FileSystem) else self.root
+
 
 def _decode_to_parquet(job: tuple[BatchFile, bool, Place, int]) -> int:
     f, history, place, i = job
