@@ -100,11 +100,14 @@ class Place:
     root: str
 
     def reset(self) -> None:
+        self.remove()
+        self.fs.create_dir(self.root)
+
+    def remove(self) -> None:
         try:
             self.fs.delete_dir(self.root)
         except (FileNotFoundError, OSError):
             pass
-        self.fs.create_dir(self.root)
 
     def file(self, i: int) -> str:
         return f"{self.root}/part-{i:04d}.parquet"

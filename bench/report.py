@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from bench.run import Measurement, Run
+    from bench.results import Measurement, Run
 
 GIB = 2**30
 MEMORY_LIMIT = 4 * 10**9
@@ -98,7 +98,7 @@ def _table(run: Run, scale: int, backend: str) -> list[str]:
         rows.append(f"| {m.scenario} | {m.rows:,} | {m.plain_bytes / 1e6:,.0f} | {m.seconds:.1f} | "
                     f"{m.rows_per_second:,.0f} | {memory} | {m.bytes_written / 1e6:,.0f} | "
                     f"{m.files_written} / {m.files_rewritten} / {m.files_after} | "
-                    f"{m.bytes_rewritten / 1e6:,.1f} ({rewritten_share(m):.1%}) | "
+                    f"{m.bytes_rewritten / 1e6:,.1f}{'' if m.target == 'load' else f' ({rewritten_share(m):.1%})'} | "
                     f"{'' if m.baseline_seconds is None else f'{m.baseline_seconds:.1f}'} | {text}{_mark(met)} | "
                     f"{'' if m.duckdb_seconds is None else f'{m.duckdb_seconds:.1f}'} | {duck_text} |")
     return rows
@@ -142,11 +142,11 @@ def _small_syncs(ms: list[Measurement], where: str) -> list[str]:
     if built and once:
         out.append(f"- {where}: {built.scenario}: {built.seconds:.1f} s, {built.files_after} data files; the same "
                    f"rows loaded at once: {once.seconds:.1f} s, {once.files_after} data files.")
-    for action in ("full read", "upsert into"):
+    for action, label in (("full read", "a full read"), ("upsert into", "an upsert")):
         pair = [m for m in mine if m.scenario.startswith(action)]
         if len(pair) == 2 and pair[1].seconds:
             value = pair[0].seconds / pair[1].seconds
-            out.append(f"- {where}: {action.split()[0]} of the table built by small syncs: {pair[0].seconds:.1f} s, "
+            out.append(f"- {where}: {label} of the table built by small syncs: {pair[0].seconds:.1f} s, "
                        f"{value:.2f}× the table loaded at once ({pair[1].seconds:.1f} s; target ≤ "
                        f"{SMALL_SYNCS_TARGET}×): {_verdict(value <= SMALL_SYNCS_TARGET)}.")
     return out

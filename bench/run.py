@@ -8,13 +8,12 @@ its own per backend. See docs/BENCHMARKS.md for the method.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,8 @@ import pyarrow.fs as pafs
 
 from bench import baselines, duck
 from bench.report import write_report
+from bench.results import Measurement, Run, load_results, save
+from bench.scenarios import GROUPS, rows_option, selected_groups
 from bench.server import Server, create_table, soft_truncate, write
 from bench.tables import data_file_urls, stored_bytes
 from bench.workload import CLUSTERED_KINDS, STEP_MS, T0_MS, Shape, Workload, clustered_kind, clustered_name
@@ -30,54 +31,7 @@ from destination.storage.base import StorageSpec, open_storage
 from destination.table_store.store import TableStore, TableVersion
 
 SCHEMA = "bench"
-GROUPS = ("load", "parquet", "parquet_full", "uniform", "new_keys", "truncate", "history", "clustered", "small_syncs")
-NEEDS = {"uniform": ("load",), "new_keys": ("load", "parquet"), "truncate": ("parquet",), "clustered": ("load",)}
 DEFAULT_CACHE = Path.home() / ".cache" / "records-destination-bench"
-
-
-@dataclass
-class Measurement:
-    scenario: str
-    backend: str
-    table: str
-    rows: int
-    plain_bytes: int
-    seconds: float
-    peak_total: int
-    peak_jvm: int
-    peak_python: int
-    bytes_written: int
-    files_written: int
-    files_rewritten: int
-    baseline: str = ""
-    baseline_seconds: float | None = None
-    target: str = ""  # load | merge | "" (no pyarrow ratio)
-    scale: int = 0  # the pass's table rows (--rows)
-    group: str = ""
-    duckdb_seconds: float | None = None  # DuckDB's merge of the same change, measured just before
-    table_bytes_before: int = 0  # data bytes of the version the request started from
-    bytes_rewritten: int = 0  # bytes of that version's files not carried into the new one
-    table_bytes_after: int = 0
-    files_after: int = 0
-    stored_bytes: int = 0  # everything under the table's folder afterwards (measured where the report needs it)
-
-    @property
-    def rows_per_second(self) -> float:
-        return self.rows / self.seconds if self.seconds else 0.0
-
-    @property
-    def mb_per_second(self) -> float:
-        return self.plain_bytes / 1e6 / self.seconds if self.seconds else 0.0
-
-
-@dataclass
-class Run:
-    scales: list[int]
-    started: float = field(default_factory=time.time)
-    measurements: list[Measurement] = field(default_factory=list)
-    baselines: dict[str, dict[str, float]] = field(default_factory=dict)  # "backend, N rows" -> baseline -> seconds
-    configuration: dict[str, str] = field(default_factory=dict)  # fields passed to the server (layout, …)
-    shape: dict[str, Any] = field(default_factory=dict)
 
 
 def log(message: str) -> None:
@@ -215,7 +169,7 @@ def run_baselines(p: Pass) -> None:
         full = p.backend.place("state-parquet")
         log(f"{name}: baseline (a): raw decode of the full-size Parquet initial load")
         times["decode_parquet_full"] = baselines.raw_decode(w.files["parquet_load"], False, full)
-        full.fs.delete_dir(full.root)
+        full.remove()
     if "history" in groups:
         log(f"{name}: baseline (a): raw decode of the history initial load")
         times["decode_history"] = baselines.raw_decode(w.files["hist_load"], True, hist)
@@ -236,10 +190,7 @@ def run_baselines(p: Pass) -> None:
             log(f"{name}: baseline (b): in-process history merge, {merge}")
             times[f"merge_{merge}"] = baselines.history_merge(hist, w.files[merge], kind)
     for place in (big, small, hist):
-        try:
-            place.fs.delete_dir(place.root)
-        except (FileNotFoundError, OSError):
-            pass
+        place.remove()
 
 
 def load_table(p: Pass, group: str, scenario: str, table: str, files_key: str, baseline: str) -> None:
@@ -303,7 +254,10 @@ def _read(p: Pass, urls: list[str], rows: int) -> None:
 
 def run_server(p: Pass, work: Path, profile: bool) -> None:
     work.mkdir(parents=True, exist_ok=True)
-    p.server = Server(p.backend.configuration["root"], work / f"server-{p.backend.name}.log")
+    # the server's own --root is a local folder on both backends: its health check writes a probe there, and `serve`
+    # takes no S3 endpoint or credentials (with an S3 --root it never answers SERVING); each request's configuration
+    # names the backend's root
+    p.server = Server(str(work / "server-root"), work / f"server-{p.backend.name}.log")
     profiler = _start_profiler(p.server, work, p.backend.name) if profile else None
     stub, conf, g = p.server.stub, p.backend.configuration, p.groups
     own_clustered = "uniform" in g  # uniform changes scatter over the big table: the clustered syncs get their own
@@ -369,46 +323,6 @@ def _stop_profiler(profiler: Any) -> None:
     profiler.wait(timeout=120)
 
 
-def load_results(paths: list[Path]) -> Run:
-    """Runs as their results.json files recorded them, as one (e.g. local scales and an S3 scale run apart)."""
-    names = {f.name for f in fields(Measurement)}
-    runs = []
-    for path in paths:
-        data = json.loads(path.read_text())
-        scales = data.get("scales") or [data["rows"]]
-        measurements = [Measurement(**{k: v for k, v in m.items() if k in names}) for m in data["measurements"]]
-        for m in measurements:
-            m.scale = m.scale or scales[0]
-        runs.append(Run(scales, data.get("started", path.stat().st_mtime), measurements, data["baselines"],
-                        data.get("configuration", {}), data.get("shape", {})))
-    merged = runs[0]
-    for other in runs[1:]:
-        merged.scales = sorted(set(merged.scales) | set(other.scales))
-        merged.measurements += other.measurements
-        merged.baselines.update(other.baselines)
-    return merged
-
-
-def rows_option(text: str) -> list[int]:
-    """`10M,30M,100M` → [10000000, 30000000, 100000000] (K, M and G suffixes, or plain numbers)."""
-    out = []
-    for part in text.split(","):
-        part = part.strip().upper().replace("_", "")
-        factor = {"K": 10**3, "M": 10**6, "G": 10**9}.get(part[-1:], 1)
-        out.append(int(float(part[:-1] if factor > 1 else part) * factor))
-    return out
-
-
-def selected_groups(text: str) -> set[str]:
-    groups = {g.strip() for g in text.split(",") if g.strip()} if text != "all" else set(GROUPS)
-    unknown = groups - set(GROUPS)
-    if unknown:
-        raise SystemExit(f"unknown scenario group(s) {sorted(unknown)}; known: {', '.join(GROUPS)}")
-    for g in list(groups):
-        groups |= set(NEEDS.get(g, ()))
-    return groups
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -462,9 +376,11 @@ def main(argv: list[str] | None = None) -> int:
                     run_baselines(p)
                     run_server(p, directory, args.profile)
                     p.duckdb.close()
+                    backend.place("duckdb-out").remove()  # a whole table at this scale
+                    shutil.rmtree(p.scratch, ignore_errors=True)
                 finally:
                     backend.stop()
-                _save(run, work / "results.json")  # after every pass: a long run keeps what it measured
+                save(run, work / "results.json")  # after every pass: a long run keeps what it measured
         log(f"results in {work / 'results.json'}")
         if args.report:
             write_report(run, Path(args.report))
@@ -473,12 +389,6 @@ def main(argv: list[str] | None = None) -> int:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
     return 0
-
-
-def _save(run: Run, path: Path) -> None:
-    path.write_text(json.dumps({"scales": run.scales, "started": run.started, "baselines": run.baselines,
-                                "configuration": run.configuration, "shape": run.shape,
-                                "measurements": [asdict(m) for m in run.measurements]}, indent=1))
 
 
 if __name__ == "__main__":

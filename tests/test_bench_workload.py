@@ -2,7 +2,9 @@
 baseline's merge (checked against the in-process pyarrow merge on the same files)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -13,7 +15,12 @@ import pytest
 
 from bench import baselines, duck
 from bench.batches import write_batch_file
+from bench.report import targets
+from bench.results import Measurement, Run
+from bench.scenarios import rows_option, selected_groups
+from bench.tables import stored_bytes
 from bench.workload import NEW_SHARE, RECENT, Shape, Workload, clustered_keys
+from destination.storage.base import StorageSpec, open_storage
 from destination.tester.batchgen import UNMODIFIED_STRING
 
 SHAPE = Shape(rows=3_000, small_rows=200, change_fraction=0.01, clustered_syncs=8, small_syncs=3, small_sync_rows=50)
@@ -107,3 +114,45 @@ def test_duckdb_merge_decodes_base64_into_binary_columns_and_keeps_unmodified_va
     assert rows == [{"id": 1, "payload": b"\x00\x01\x02", "_destination_meta": None},
                     {"id": 2, "payload": b"\x01old", "_destination_meta": None},
                     {"id": 3, "payload": None, "_destination_meta": None}]
+
+
+def _measurement(scenario: str, group: str, seconds: float, **figures: Any) -> Measurement:
+    return Measurement(scenario, "local", "t", 1_000, 0, seconds, 10**9, 0, 0, 0, 0, 0, scale=100_000, group=group,
+                       **figures)
+
+
+def test_report_states_each_clustered_and_small_sync_target_as_met_or_missed() -> None:
+    run = Run([100_000], measurements=[
+        _measurement("clustered append (sync 1 of 2)", "clustered", 1.0, duckdb_seconds=10.0, table_bytes_before=1000),
+        _measurement("clustered update (sync 2 of 2)", "clustered", 3.0, duckdb_seconds=10.0, table_bytes_before=1000,
+                     bytes_rewritten=60, table_bytes_after=1000, stored_bytes=1200),
+        _measurement("full read, table built by 9 syncs", "small_syncs", 2.0),
+        _measurement("full read, table loaded at once", "small_syncs", 1.0),
+    ], configuration={"layout": "referencing"})
+    lines = targets(run)
+    assert "- local, 100,000 rows: clustered appends rewrote 0 files (target: none): met ✅." in lines
+    assert any("clustered updates rewrote 6.0% of the table's bytes (target ≤ 5%): missed ❌" in line for line in lines)
+    assert any("clustered append (sync 1 of 2): 1.0 s, 0.10× DuckDB's full-rewrite merge" in line and "met ✅" in line
+               for line in lines)
+    assert any("clustered update (sync 2 of 2): 3.0 s, 0.30× DuckDB" in line and "missed ❌" in line for line in lines)
+    assert any("1.20× the latest version's" in line and "(referencing layout" in line and "met ✅" in line
+               for line in lines)
+    assert any("a full read of the table built by small syncs: 2.0 s, 2.00×" in line and "missed ❌" in line
+               for line in lines)
+
+
+def test_stored_bytes_count_a_hard_linked_file_once_on_local_disk(tmp_path: Path) -> None:
+    storage = open_storage(StorageSpec(root=str(tmp_path)))
+    (tmp_path / "t" / "v1").mkdir(parents=True)
+    (tmp_path / "t" / "v2").mkdir()
+    (tmp_path / "t" / "v1" / "a.parquet").write_bytes(b"x" * 100)
+    os.link(tmp_path / "t" / "v1" / "a.parquet", tmp_path / "t" / "v2" / "a.parquet")
+    (tmp_path / "t" / "v2" / "b.parquet").write_bytes(b"y" * 10)
+    assert stored_bytes(storage, "t") == 110
+
+
+def test_scales_and_scenario_groups_from_the_command_line() -> None:
+    assert rows_option("200K,10M,1.5G") == [200_000, 10_000_000, 1_500_000_000]
+    assert selected_groups("clustered,new_keys") == {"clustered", "new_keys", "load", "parquet"}
+    with pytest.raises(SystemExit, match="unknown scenario group"):
+        selected_groups("clusterd")
