@@ -7,10 +7,8 @@ import subprocess
 import time
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from bench.results import Measurement, Run
+from bench.results import Measurement, Run, pass_key
 
 GIB = 2**30
 MEMORY_LIMIT = 4 * 10**9
@@ -129,7 +127,7 @@ def _clustered(ms: list[Measurement], where: str, layout: str) -> list[str]:
         value = stored.stored_bytes / stored.table_bytes_after
         out.append(f"- {where}: bytes stored under the table's folder after {len(syncs)} clustered syncs: "
                    f"{stored.stored_bytes / 1e6:,.0f} MB, {value:.2f}× the latest version's "
-                   f"{stored.table_bytes_after / 1e6:,.0f} MB of data ({layout} layout; target ≤ {STORED_TARGET}× "
+                   f"{stored.table_bytes_after / 1e6:,.0f} MB of data ({layout}; target ≤ {STORED_TARGET}× "
                    f"with the referencing layout): {_verdict(value <= STORED_TARGET)}.")
     return out
 
@@ -155,10 +153,9 @@ def _small_syncs(ms: list[Measurement], where: str) -> list[str]:
 def targets(run: Run) -> list[str]:
     """Every figure with a target, met or missed, per scale and backend."""
     out = []
-    layout = run.configuration.get("layout", "the server's default")
     for scale, backend in passes(run):
         ms = [m for m in run.measurements if (m.scale, m.backend) == (scale, backend)]
-        where = f"{backend}, {scale:,} rows"
+        where = pass_key(backend, scale)
         worst = max(ms, key=lambda m: m.peak_total)
         out.append(f"- {where}: peak server memory {worst.peak_total / 1e9:.2f} GB ({worst.scenario}; target < 4 GB): "
                    f"{_verdict(worst.peak_total < MEMORY_LIMIT)}.")
@@ -177,7 +174,7 @@ def targets(run: Run) -> list[str]:
             out.append(f"- {where}: new keys into the big table took {growth:.2f}× the time of the same rows into the "
                        f"{run.shape.get('small_rows', scale // 10):,}-row table ({big.seconds:.1f} s against "
                        f"{small.seconds:.1f} s; target ≤ {GROWTH_TARGET}×): {_verdict(growth <= GROWTH_TARGET)}.")
-        out += _clustered(ms, where, layout)
+        out += _clustered(ms, where, _layout(run, where))
         out += _small_syncs(ms, where)
     return out
 
@@ -214,10 +211,26 @@ def chart(run: Run, path: Path) -> None:
     plt.close(fig)
 
 
+def _layout(run: Run, key: str) -> str:
+    settings = run.settings.get(key, {})
+    layout = settings.get("configuration", {}).get("layout")
+    if layout is None:
+        return "layout: the server default"
+    if "layout" in settings.get("ignored", []):
+        return f"layout: the server default (it ignored `layout` = {layout}, unknown to it)"
+    return f"layout: {layout}"
+
+
+def _passed(run: Run, key: str) -> str:
+    settings = run.settings.get(key, {})
+    ignored = settings.get("ignored", [])
+    return ", ".join(f"`{k}` = `{v}`" + (" (unknown to this server: ignored)" if k in ignored else "")
+                     for k, v in sorted(settings.get("configuration", {}).items())) or "none (the server's defaults)"
+
+
 def _settings(run: Run) -> str:
-    passed = ", ".join(f"`{k}` = `{v}`" for k, v in sorted(run.configuration.items())) or "none (the server's defaults)"
     shape = run.shape
-    return (f"Configuration fields passed to the server: {passed}. Scenario groups: "
+    return ("Scenario groups: "
             f"{', '.join(shape.get('groups', [])) or 'all'}; changes of {shape.get('change_fraction', 0.01):.0%} of the "
             f"table; {shape.get('clustered_syncs', 20)} clustered syncs; {shape.get('small_syncs', 1000):,} small syncs "
             f"of {shape.get('small_sync_rows', 10_000):,} rows.")
@@ -270,7 +283,9 @@ def write_report(run: Run, path: Path) -> None:
              "## Machine", "", *machine(), "", "## Method", "", *METHOD, "",
              "![rows per second by scenario](benchmarks.png)", "", "## Targets", "", *targets(run), ""]
     for scale, backend in passes(run):
-        lines += [f"## Results: {backend}, {scale:,} rows", "", *_table(run, scale, backend), ""]
+        key = pass_key(backend, scale)
+        lines += [f"## Results: {key}", "", f"Configuration fields passed to the server: {_passed(run, key)}.", "",
+                  *_table(run, scale, backend), ""]
     keys = sorted(run.baselines)
     names = list(dict.fromkeys(name for k in keys for name in run.baselines[k]))
     lines += ["## Baselines (seconds)", "", "| baseline | " + " | ".join(keys) + " |", "|---|" + "---:|" * len(keys),

@@ -49,8 +49,14 @@ class Run:
     started: float = field(default_factory=time.time)
     measurements: list[Measurement] = field(default_factory=list)
     baselines: dict[str, dict[str, float]] = field(default_factory=dict)  # "backend, N rows" -> baseline -> seconds
-    configuration: dict[str, str] = field(default_factory=dict)  # fields passed to the server (layout, …)
+    # per pass ("backend, N rows"): the configuration fields passed to the server (layout, …) and, under "ignored",
+    # those its form does not list
+    settings: dict[str, dict[str, Any]] = field(default_factory=dict)
     shape: dict[str, Any] = field(default_factory=dict)
+
+
+def pass_key(backend: str, scale: int) -> str:
+    return f"{backend}, {scale:,} rows"
 
 
 def load_results(paths: list[Path]) -> Run:
@@ -64,16 +70,17 @@ def load_results(paths: list[Path]) -> Run:
         for m in measurements:
             m.scale = m.scale or scales[0]
         runs.append(Run(scales, data.get("started", path.stat().st_mtime), measurements, data["baselines"],
-                        data.get("configuration", {}), data.get("shape", {})))
+                        data.get("settings", {}), data.get("shape", {})))
     merged = runs[0]
     for other in runs[1:]:
         merged.scales = sorted(set(merged.scales) | set(other.scales))
         merged.measurements += other.measurements
         merged.baselines.update(other.baselines)
+        merged.settings.update(other.settings)
     return merged
 
 
 def save(run: Run, path: Path) -> None:
     path.write_text(json.dumps({"scales": run.scales, "started": run.started, "baselines": run.baselines,
-                                "configuration": run.configuration, "shape": run.shape,
+                                "settings": run.settings, "shape": run.shape,
                                 "measurements": [asdict(m) for m in run.measurements]}, indent=1))

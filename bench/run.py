@@ -22,9 +22,9 @@ import pyarrow.fs as pafs
 
 from bench import baselines, duck
 from bench.report import write_report
-from bench.results import Measurement, Run, load_results, save
+from bench.results import Measurement, Run, load_results, pass_key, save
 from bench.scenarios import GROUPS, rows_option, selected_groups
-from bench.server import Server, create_table, soft_truncate, write
+from bench.server import Server, create_table, soft_truncate, unknown_fields, write
 from bench.tables import data_file_urls, stored_bytes
 from bench.workload import CLUSTERED_KINDS, STEP_MS, T0_MS, Shape, Workload, clustered_kind, clustered_name
 from destination.storage.base import StorageSpec, open_storage
@@ -88,6 +88,7 @@ class Pass:
     groups: set[str]
     duckdb: duck.Connection
     scratch: Path
+    extra: dict[str, str]  # configuration fields the run passes on (--layout, --target-file-size)
     server: Server | None = None
 
     @property
@@ -96,7 +97,7 @@ class Pass:
 
     @property
     def baseline_key(self) -> str:
-        return f"{self.backend.name}, {self.scale:,} rows"
+        return pass_key(self.backend.name, self.scale)
 
     def version(self, table: str) -> TableVersion | None:
         return self.backend.store.load(SCHEMA, table)
@@ -260,6 +261,11 @@ def run_server(p: Pass, work: Path, profile: bool) -> None:
     p.server = Server(str(work / "server-root"), work / f"server-{p.backend.name}.log")
     profiler = _start_profiler(p.server, work, p.backend.name) if profile else None
     stub, conf, g = p.server.stub, p.backend.configuration, p.groups
+    passed = {k: conf[k] for k in p.extra}
+    ignored = unknown_fields(stub, passed)
+    if ignored:
+        log(f"the server does not know the configuration field(s) {sorted(ignored)}: it ignores them")
+    p.run.settings[p.baseline_key] = {"configuration": passed, "ignored": sorted(ignored)}
     own_clustered = "uniform" in g  # uniform changes scatter over the big table: the clustered syncs get their own
     try:
         if "load" in g:
@@ -356,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     extra = {k: v for k, v in (("layout", args.layout), ("target_file_size", args.target_file_size)) if v}
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="records-bench-"))
     work.mkdir(parents=True, exist_ok=True)
-    run = Run(args.rows, configuration=extra, shape={"groups": sorted(groups), "small_rows": args.small_rows[0],
+    run = Run(args.rows, shape={"groups": sorted(groups), "small_rows": args.small_rows[0],
                                                      "change_fraction": args.change_fraction,
                                                      "clustered_syncs": args.clustered_syncs,
                                                      "small_syncs": args.small_syncs,
@@ -372,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
                 backend = Backend(name, directory, extra)
                 try:
                     p = Pass(run, w, backend, groups, duck.connect(backend.s3_access, directory / "duckdb",
-                                                                    args.duckdb_memory), directory / "duckdb")
+                                                                    args.duckdb_memory), directory / "duckdb", extra)
                     run_baselines(p)
                     run_server(p, directory, args.profile)
                     p.duckdb.close()

@@ -128,14 +128,14 @@ def test_report_states_each_clustered_and_small_sync_target_as_met_or_missed() -
                      bytes_rewritten=60, table_bytes_after=1000, stored_bytes=1200),
         _measurement("full read, table built by 9 syncs", "small_syncs", 2.0),
         _measurement("full read, table loaded at once", "small_syncs", 1.0),
-    ], configuration={"layout": "referencing"})
+    ], settings={"local, 100,000 rows": {"configuration": {"layout": "referencing"}, "ignored": []}})
     lines = targets(run)
     assert "- local, 100,000 rows: clustered appends rewrote 0 files (target: none): met ✅." in lines
     assert any("clustered updates rewrote 6.0% of the table's bytes (target ≤ 5%): missed ❌" in line for line in lines)
     assert any("clustered append (sync 1 of 2): 1.0 s, 0.10× DuckDB's full-rewrite merge" in line and "met ✅" in line
                for line in lines)
     assert any("clustered update (sync 2 of 2): 3.0 s, 0.30× DuckDB" in line and "missed ❌" in line for line in lines)
-    assert any("1.20× the latest version's" in line and "(referencing layout" in line and "met ✅" in line
+    assert any("1.20× the latest version's" in line and "(layout: referencing;" in line and "met ✅" in line
                for line in lines)
     assert any("a full read of the table built by small syncs: 2.0 s, 2.00×" in line and "missed ❌" in line
                for line in lines)
