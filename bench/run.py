@@ -195,10 +195,9 @@ def run_baselines(p: Pass) -> None:
 
 
 def load_table(p: Pass, group: str, scenario: str, table: str, files_key: str, baseline: str) -> None:
-    conf, stub = p.backend.configuration, p.server.stub if p.server else None
-    create_table(stub, conf, SCHEMA, table, False)
-    measure(p, group, scenario, table, files_key, lambda: write(stub, conf, SCHEMA, table, p.w.files[files_key], False),
-            baseline, "load")
+    assert p.server is not None
+    create_table(p.server.stub, p.backend.configuration, SCHEMA, table, False)
+    measure(p, group, scenario, table, files_key, writes(p, table, files_key), baseline, "load")
 
 
 def writes(p: Pass, table: str, files_key: str, history: bool = False) -> Callable[[], None]:
