@@ -37,7 +37,9 @@ from spark_jobs.merge import merge_bucket
 from spark_jobs.operations import KEY, OP, OP_REPLACE, SEQ, file_operations, from_ipc, replace_operations
 
 RUN_BATCH_ROWS = 16_384  # rows per record batch of a staged run: the granularity units read runs at
-RUN_COMPRESSION = "lz4"  # staged runs are written once and read once, soon after: cheap compression
+# staged runs are written once and read once, soon after: uncompressed on a local scratch disk (the page cache
+# holds them), lz4 where they cross a network to the table's storage (a cluster's executors)
+RUN_COMPRESSION = "lz4"
 
 
 def _scratch(ctx: JobContext) -> Storage:
@@ -60,7 +62,7 @@ def sort_run_task(ctx: JobContext, unit: RunSource) -> SortedRun:
         assert unit.stored is not None
         stored = read_data_file(open_storage(ctx.storage), ctx.read_dir, unit.stored.name)
         rows = sorted_rows(align(stored, table_def), table_def)
-    run = _stage(_scratch(ctx), unit.run_path, rows, table_def)
+    run = _stage(_scratch(ctx), unit.run_path, rows, table_def, None if ctx.scratch is not None else RUN_COMPRESSION)
     if counts is not None:
         counts = DecodedCounts(rows=counts.rows, failures_by_column=counts.failures_by_column,
                                seconds=time.perf_counter() - started)
@@ -68,12 +70,13 @@ def sort_run_task(ctx: JobContext, unit: RunSource) -> SortedRun:
                      batch_first=run.batch_first, batch_last=run.batch_last, counts=counts)
 
 
-def _stage(storage: Storage, path: str, rows: pa.Table | None, table_def: TableDef) -> SortedRun:
+def _stage(storage: Storage, path: str, rows: pa.Table | None, table_def: TableDef,
+           compression: str | None) -> SortedRun:
     if rows is None or not rows.num_rows:
         return SortedRun(run_path=path, rows=0, bytes=0, batch_rows=(), batch_first=(), batch_last=())
     n = rows.num_rows
     starts = list(range(0, n, RUN_BATCH_ROWS))
-    options = ipc.IpcWriteOptions(compression=RUN_COMPRESSION)
+    options = ipc.IpcWriteOptions(compression=compression)
     with storage.open_output(path) as sink, ipc.new_file(sink, rows.schema, options=options) as writer:
         for s in starts:
             writer.write_batch(rows.slice(s, RUN_BATCH_ROWS).combine_chunks().to_batches()[0])

@@ -115,8 +115,9 @@ Producer = Callable[[TableVersion | None, VersionTarget], PendingVersion | None]
 # than this: the driver's units travel inside the job's tasks, and a 1 GiB driver heap ran out of memory on a
 # 16 MiB request holding 130 MB of values
 DRIVER_DECODED_LIMIT = 64 << 20
-# sizing units before any Parquet exists: decoded operations and staged (lz4) runs are a few times larger than
-# the Parquet they become (measured on the benchmark's 20-column table: 3.5x and 2x)
+# sizing units before any Parquet exists: decoded operations (and runs staged uncompressed on a local scratch
+# disk) and runs staged with lz4 are a few times larger than the Parquet they become (measured on the
+# benchmark's 20-column table: 3.5x and 2x)
 DECODED_TO_PARQUET = 3.5
 STAGED_TO_PARQUET = 2.0
 RUNS_DIR = "_runs"  # a new version's sorted runs when executors cannot reach a local scratch directory
@@ -227,7 +228,8 @@ class WritePath:
         staged_rows, staged_bytes = sum(r.rows for r in runs), sum(r.bytes for r in runs)
         plan = plan_units(base_files, KeySample(keys=keys_from_json(firsts, table), weights=weights), table,
                           self.placement.target_file_bytes,
-                          bytes_per_row=staged_bytes / max(1, staged_rows) / STAGED_TO_PARQUET)
+                          bytes_per_row=staged_bytes / max(1, staged_rows) / (
+                              DECODED_TO_PARQUET if self.placement.scratch is not None else STAGED_TO_PARQUET))
         slices: list[dict[str, list[int]]] = [{} for _ in plan.units]
         for run in runs:
             if not run.rows:
