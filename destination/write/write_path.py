@@ -443,7 +443,7 @@ def loads_empty(base: TableVersion, plan: BatchPlan) -> bool:
 
 def balanced_groups(refs: Sequence[BatchFileRef], count: int) -> list[list[BatchFileRef]]:
     """`refs` in at most `count` groups of about equal bytes (largest first, each to the lightest group)."""
-    sizes = {ref.position: len(ref.data) if ref.data is not None else os.path.getsize(ref.path) for ref in refs}
+    sizes = {ref.position: os.path.getsize(ref.path) for ref in refs}  # the driver reads its own disk
     groups: list[list[BatchFileRef]] = [[] for _ in range(max(1, min(count, len(refs))))]
     loads = [0] * len(groups)
     for ref in sorted(refs, key=lambda r: -sizes[r.position]):
