@@ -49,10 +49,10 @@ class ServerProcess:
             self.process.wait(30)
 
 
-def start_server(root: str, log: Path, **env: str) -> ServerProcess:
+def start_server(root: str, log: Path, spark_master: str = "local[2]", **env: str) -> ServerProcess:
     port = free_port()
     process = subprocess.Popen([str(BIN / "records-destination"), "serve", "--port", str(port), "--root", root,
-                                "--spark-master", "local[2]"], stdout=open(log, "wb"), stderr=subprocess.DEVNULL,
+                                "--spark-master", spark_master], stdout=open(log, "wb"), stderr=subprocess.DEVNULL,
                                env={**os.environ, **env})
     return ServerProcess(process, f"127.0.0.1:{port}", log)
 
