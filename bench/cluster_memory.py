@@ -19,14 +19,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import grpc
 import numpy as np
+import psutil
 import pyarrow as pa
 import pyarrow.csv as pacsv
-import psutil
 
 from bench.server import MAX_MESSAGE, MemorySampler, free_port
 from destination.protocol import common, sdk, sdk_grpc
@@ -170,8 +171,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         executors_peak = 0
         started = time.perf_counter()
         log(f"WriteBatch of {len(files)} files ({result['request_mb']} MB) on {cluster.url}")
-        from concurrent.futures import ThreadPoolExecutor
-
         with ThreadPoolExecutor(1) as pool:
             call = pool.submit(write_batch, stub, configuration, files)
             while not call.done():
