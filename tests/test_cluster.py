@@ -138,6 +138,8 @@ def test_a_merge_on_the_cluster_equals_local_mode(configuration: dict[str, str],
         answer = write(target, conf, "t", merge)
         assert answer.WhichOneof("response") == "success", answer
     assert staged(clustered) == []  # removed after the commit
+    written = [m["message"] for m in server.messages() if m["message"].startswith("[WriteBatch] scale.t")]
+    assert "staging" in written[-1], written  # the files reached the executors staged
 
     by_id = sorted(rows_of(clustered, "scale", "t"), key=lambda row: row["id"])
     assert by_id == sorted(rows_of(local, "scale", "t"), key=lambda row: row["id"])
