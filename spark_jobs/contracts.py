@@ -9,13 +9,13 @@ can never shift another one silently. A task that fails returns a `TaskFailure` 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 from destination.batch.reader import FileFormat
 from destination.changes.files import ChangeTarget
 from destination.changes.metadata import KIND_ROWS, ChangeFile
 from destination.conversion import FailureKey
-from destination.storage.base import StorageSpec
+from destination.storage.base import StorageSpec, open_storage
 from destination.table_model import TableDef
 from destination.table_store.datafiles import DataFile
 
@@ -48,14 +48,29 @@ class JobContext:
 # ---- units: one per task ------------------------------------------------------------------------------------
 
 @dataclass(frozen=True, kw_only=True)
+class StagedCopy:
+    """A batch file's bytes as sent (still encrypted), copied by the driver into the table root's storage for
+    executors that cannot read the server's disk (destination/write/staging.py)."""
+
+    storage: StorageSpec
+    path: str  # below the storage's root
+
+
+@dataclass(frozen=True, kw_only=True)
 class BatchFileRef:
     """One batch file of a request, as the task that decodes it needs it."""
 
     kind: str  # one of FILE_KINDS
-    path: str
+    path: str  # on the server's disk (and in error messages)
     key: bytes | None  # the AES key (None: not encrypted)
     position: int  # in request order
-    data: bytes | None = None  # the file's bytes, for executors that cannot read the server's disk
+    staged: StagedCopy | None = None  # where tasks read the file instead of `path`
+
+    def open_staged(self) -> BinaryIO | None:
+        """A stream of the staged copy's bytes, or None: read `path`."""
+        if self.staged is None:
+            return None
+        return cast(BinaryIO, open_storage(self.staged.storage).open_stream(self.staged.path))
 
 
 @dataclass(frozen=True, kw_only=True)

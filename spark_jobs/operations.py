@@ -100,7 +100,7 @@ def file_operations(table_def: TableDef, ref: BatchFileRef, fmt: FileFormat) -> 
         required.append(START)  # a version's start is its identity; a delete closes whatever is active
     out = FileOperations()
     failures: list[Failure] = []
-    for block in iter_batch_file(ref.path, list(table_def.columns), fmt, ref.key, required, data=ref.data):
+    for block in iter_batch_file(ref.path, list(table_def.columns), fmt, ref.key, required, source=ref.open_staged()):
         if block.table.num_rows == 0:
             continue
         missing_key = [c for c in required if block.table.column(c).null_count]

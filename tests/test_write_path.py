@@ -16,10 +16,10 @@ import pytest
 
 from destination.protocol import sdk
 from destination.storage.base import open_storage
-from destination.table_model import ColumnDef, TableDef
+from destination.table_model import TableDef
 from destination.table_store.store import TableStore
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING, csv_bytes, seal
-from tests.batchfiles import FMT, seal_raw, write_csv
+from tests.batchfiles import seal_raw, write_csv
 from tests.conftest import spec_of
 from tests.rpc_helpers import rows_of, table
 
@@ -294,21 +294,6 @@ def test_truncate_compares_exact_milliseconds_far_from_1970(stub, configuration,
     assert sorted(x["id"] for x in rows_of(configuration, "far", "far")) == [2, 3]
 
 
-def test_files_travel_with_the_plan_for_executors_elsewhere(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from destination.table_model import TableDef
-    from destination.write.batches import plan_batch
-    from spark_jobs.operations import file_operations
-
-    path = write_csv(tmp_path / "shipped.csv.zstd.aes", ["id", "v", "n", "_fivetran_synced", "_fivetran_deleted"],
-                     [r(i, f"v{i}") for i in range(10)], KEY)
-    plan = plan_batch({"replace": [str(path)]}, {str(path): KEY}, FMT, ship_bytes=True)
-    same = plan_batch({"replace": [str(path)]}, {str(path): KEY}, FMT)
-    assert plan.batch_id == same.batch_id and same.files[0].data is None
-    path.unlink()  # an executor on another machine cannot read the server's disk
-    definition = TableDef("t", (ColumnDef("id", "INT", True), ColumnDef("v", "STRING"), ColumnDef("n", "LONG"),
-                                ColumnDef("_fivetran_synced", "UTC_DATETIME"), ColumnDef("_fivetran_deleted", "BOOLEAN")))
-    ops = file_operations(definition, plan.files[0], FMT)
-    assert ops.rows == 10
 
 
 def _legacy_table(configuration, t, rows_per_bucket):  # type: ignore[no-untyped-def]

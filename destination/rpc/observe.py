@@ -90,7 +90,7 @@ class Observer:
         """A write's batch files: counted by operation, and their totals for its progress lines."""
         work.files, work.bytes = len(plan.files), plan.total_bytes
         for ref in plan.files:
-            size = len(ref.data) if ref.data is not None else _size(ref.path)
+            size = _size(ref.path)  # the server's own disk: files are staged for a cluster only after this
             metrics.BATCH_FILES.labels(ref.kind).inc()
             metrics.BATCH_BYTES.labels(ref.kind).inc(size)
 

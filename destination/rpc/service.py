@@ -47,10 +47,11 @@ from destination.storage.base import StorageSpec, open_storage
 from destination.storage.s3 import transient_error
 from destination.table_model import DELETED
 from destination.table_store.store import AlreadyApplied, TableLocks, TableStore
-from destination.write.batches import WRITE_BATCH, WRITE_HISTORY_BATCH, check_mode, files_format, plan_batch, ships_bytes
+from destination.write.batches import WRITE_BATCH, WRITE_HISTORY_BATCH, check_mode, files_format, plan_batch
 from destination.write.migrations import migrate, migration_target
 from destination.write.progress import current as current_work
 from destination.write.session import get_session, trivial_job
+from destination.write.staging import staged_for_executors
 from destination.write.write_path import PlacementSettings, WritePath
 
 TARGET_LOCK_SECONDS = 600.0
@@ -240,16 +241,21 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         current = check_mode(backend.store.load(schema, table), rpc)
         backend.writer.ensure_columns(schema, current, list(table_from_proto(request.table).columns))
         fmt = files_format(files, file_format(request.file_params), self.options.batch_file_format)
-        plan = plan_batch(files, dict(request.keys), fmt, ships_bytes(self.options.spark_master))
+        plan = plan_batch(files, dict(request.keys), fmt)
         work = current_work()
         if work is not None:
             self.observer.batch(rpc, work, plan)
+        started = time.perf_counter()
         try:
-            outcome = backend.writer.write_batch(schema, table, plan, rpc)
+            with staged_for_executors(plan, backend.store.storage, self.options.spark_master) as staged_plan:
+                staging_seconds = time.perf_counter() - started
+                outcome = backend.writer.write_batch(schema, table, staged_plan, rpc)
         except AlreadyApplied as done:
             self.observer.retried()
             return (sdk.WriteBatchResponse(success=True),
                     f"{len(plan.files)} files already applied in version {done.version} (retried request)")
+        if staged_plan is not plan:  # files staged for a cluster's executors: the copy's time is the write's too
+            outcome.timings["staging"] = staging_seconds
         if work is not None:
             self.observer.written(rpc, work, current.table, outcome)
         for failure, count in sorted(outcome.failures_by_column.items()):
