@@ -147,7 +147,7 @@ def merge_range_task(ctx: JobContext, unit: RangeUnit) -> FilesWritten:
                             seconds=time.perf_counter() - started)
     ops = incoming if incoming is not None else None
     if ops is None and not unit.compact:
-        return FilesWritten(seconds=time.perf_counter() - started)
+        return FilesWritten(counts={"units": 1}, seconds=time.perf_counter() - started)
     if ops is None:
         ops = _no_operations(ctx)
     op_keys = key_columns_of(ops, table_def)
@@ -167,6 +167,7 @@ def merge_range_task(ctx: JobContext, unit: RangeUnit) -> FilesWritten:
         changes = (part,) if part else ()
     written = _write(ctx, storage, result.table, kept)
     counts["files_rewritten"] = len(rewrite)
+    counts["units"] = 1  # summed over the job: its tasks
     return FilesWritten(new_files=tuple(written), replaced=tuple(f.name for f in rewrite), counts=counts,
                         changes=changes, seconds=time.perf_counter() - started)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -162,10 +163,14 @@ def test_a_merge_on_the_cluster_equals_local_mode(configuration: dict[str, str],
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "bad.csv.zstd.aes" in refused.value.details()
     assert staged(clustered) == []
 
-    # one task per unit: the merge's last stage ran one task per data file it touched, more than 16
+    # one task per unit: the merge's last stage ran one task per key range it planned (the write's log line counts
+    # them), more than the old 16 buckets, and the files it rewrote are those units' files
     merged = store.load("scale", "t")
     assert merged is not None and merged.version == base.version + 1
     touched = {f.name for f in base.files} - {f.name for f in merged.files}
+    units = int(re.search(r"'units': (\d+)", written[-1]).group(1))  # type: ignore[union-attr]
+    rewritten = int(re.search(r"'files_rewritten': (\d+)", written[-1]).group(1))  # type: ignore[union-attr]
     merge_tasks = len(merge_stages[max(merge_stages)])
-    assert merge_tasks == len(touched) and len(touched) > 16, (
-        f"the merge ran {merge_tasks} tasks and touched {len(touched)} of the base's {len(base.files)} data files")
+    assert merge_tasks == units > 16 and rewritten == len(touched) > 16, (
+        f"the merge ran {merge_tasks} tasks for {units} units and rewrote {len(touched)} of the base's "
+        f"{len(base.files)} data files")

@@ -91,8 +91,11 @@ class JobOutput:
         counts: Counter[str] = Counter()
         for r in results:
             counts.update(r.counts)
+        replaced = {name for r in results for name in r.replaced}
+        if "files_rewritten" in counts:  # a file cut between units is rewritten by each, and counted once
+            counts["files_rewritten"] = len(replaced)
         return JobOutput(new_files=[f for r in results for f in r.new_files],
-                         replaced={name for r in results for name in r.replaced}, counts=dict(counts),
+                         replaced=replaced, counts=dict(counts),
                          changes=[c for r in results for c in r.changes], request=request or RequestCounts(),
                          task_seconds=sum(r.seconds for r in results))
 
