@@ -14,6 +14,7 @@ from destination.changes.events import ChangeEvents, deletes, empty_events, upda
 from destination.changes.files import format_staged, write_events, write_snapshot
 from destination.changes.metadata import KIND_SNAPSHOT, ChangeFile
 from destination.conversion import convert_column
+from destination.key_order import sorted_rows
 from destination.storage.base import Storage, open_storage
 from destination.table_model import TableDef
 from destination.table_store.datafiles import DataFile, align, read_data_file, write_data_file
@@ -38,9 +39,12 @@ def _finish(storage: Storage, ctx: JobContext, table: pa.Table, table_def: Table
     """A task's result: `table` written as one new data file of `bucket` (none when it is empty), and with
     change files on, the task's events (a row-level version) or `table` itself (a snapshot version)."""
     new_files: tuple[DataFile, ...] = ()
-    if table.num_rows:
-        new_files = (write_data_file(storage, ctx.target_dir, data_file_name(bucket if bucket is not None else "part"),
-                                     table, table_def, bucket),)
+    if table.num_rows and table_def.in_key_ranges:  # a file of a key range holds its rows in key order
+        table = sorted_rows(table, table_def)  # (a history step appends the versions it opens)
+        new_files = (write_data_file(storage, ctx.target_dir, data_file_name("part"), table, table_def, None,
+                                     in_key_order=True),)
+    elif table.num_rows:
+        new_files = (write_data_file(storage, ctx.target_dir, data_file_name(bucket), table, table_def, bucket),)
     changes: tuple[ChangeFile, ...] = ()
     target = ctx.changes
     if target is not None:
