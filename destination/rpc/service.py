@@ -38,8 +38,10 @@ from destination.settings import ServerOptions
 from destination.storage.base import StorageSpec, open_storage
 from destination.storage.s3 import transient_error
 from destination.table_model import DELETED
+from destination.table_store.options import StoreOptions, store_options
 from destination.table_store.store import AlreadyApplied, TableLocks, TableStore
 from destination.write.batches import WRITE_BATCH, WRITE_HISTORY_BATCH, check_mode, files_format, plan_batch, ships_bytes
+from destination.write.copies import SparkCopies
 from destination.write.migrations import migrate, migration_target
 from destination.write.session import get_session, trivial_job
 from destination.write.write_path import WritePath
@@ -70,7 +72,7 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
         self.locks = TableLocks()
-        self._stores: dict[StorageSpec, TableStore] = {}
+        self._stores: dict[tuple[StorageSpec, StoreOptions], TableStore] = {}
         self._stores_lock = threading.Lock()
         self._warned_configurations: set[str] = set()
 
@@ -85,10 +87,12 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         self._warn_unknown_fields(config)
         spec = storage_spec(config, self.options)
         changes = change_settings(config)
+        stored = store_options(config, spec.is_s3)
         with self._stores_lock:
-            store = self._stores.get(spec)
+            store = self._stores.get((spec, stored))
             if store is None:
-                store = self._stores[spec] = TableStore(open_storage(spec))
+                store = self._stores[(spec, stored)] = TableStore(
+                    open_storage(spec), stored.retention, layout=stored.layout, copies=SparkCopies(self.spark))
         return Backend(store, WritePath(store, self.spark, changes, self.options.small_request_bytes))
 
     def _warn_unknown_fields(self, config: dict[str, str]) -> None:
