@@ -225,12 +225,12 @@ def _validate_committed(storage: Storage, prefix: str, n: int, latest: int, rete
         problems.append(f"{log_name}: names version {record.get('version')} in {record.get('directory')!r}, "
                         f"not {n} in {layout.version_dir_name(n)!r}")
     directory = layout.version_dir(prefix, n)
-    children = storage.list_children(directory)
-    retired = not any(name.startswith("_") for name in children)  # at most data files that later versions list
-    if children and not (retired and _may_be_retired(storage, prefix, n, latest, retention)):
+    # retired: no metadata left, at most data files that later versions list (referencing layout)
+    retired = not any(name.startswith("_") for name in storage.list_children(directory))
+    if not retired:
         problems += _within(layout.version_dir_name(n), validate_version(storage, directory)
                             + _check_table_files(storage, directory, n))
-    elif not children and not _may_be_retired(storage, prefix, n, latest, retention):
+    elif not _may_be_retired(storage, prefix, n, latest, retention):
         problems.append(f"{layout.version_dir_name(n)}: missing, but its commit record {log_name} exists")
     if "changes" in record:
         problems += _check_change_directory(storage, prefix, n, record["changes"].get("directory"))
