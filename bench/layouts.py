@@ -169,8 +169,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from destination.rpc.server import build_server
+    from destination.write.session import get_session
     from tests.s3server import ACCESS_KEY, SECRET_KEY, free_port, start_seaweedfs
 
+    get_session("local[2]")  # before the gRPC server's threads: launching the JVM forks this process
     work = Path(tempfile.mkdtemp(prefix="bench-layouts-"))
     s3 = start_seaweedfs() if args.backend == "s3" else None
     server, _health, _service, port = build_server(ServerOptions(root=str(work / "root"), spark_master="local[2]"),
