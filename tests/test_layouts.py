@@ -219,3 +219,31 @@ def test_a_table_synced_in_either_layout_through_the_server(stub, configuration,
     got = {row["id"]: row["v"] for row in rows_of(configuration, "lay", "switched")}
     assert got == {**{i: "a" for i in range(50)}, 3: "b", 4: "c"}
     assert validate_table(store.storage, "lay", "switched") == []
+
+
+def test_manifest_readers_see_a_referencing_version_and_directory_readers_do_not(tmp_path: Path) -> None:
+    """records-mover's records-directory source opens the manifest's URLs (as its database loaders do), so it reads
+    the whole table; a Parquet reader of the directory (pyarrow here, as pandas and spark.read.parquet) sees only
+    the files the version wrote."""
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+    from records_mover.records.processing_instructions import ProcessingInstructions
+    from records_mover.records.records_directory import RecordsDirectory
+    from records_mover.records.sources.directory import RecordsDirectoryRecordsSource
+    from records_mover.url.resolver import UrlResolver
+
+    storage = open_storage(StorageSpec(root=str(tmp_path / "root")))
+    store = TableStore(storage, layout=REFERENCING)
+    for first in (1, 10, 20):
+        latest = store.write(SCHEMA, NAME, change(storage, [(first, 3)]))
+    assert latest is not None
+    directory = tmp_path / "root" / latest.directory
+    resolver = UrlResolver(boto3_session_getter=lambda: None, gcs_client_getter=lambda: None,
+                           gcp_credentials_getter=lambda: None)
+    source = RecordsDirectoryRecordsSource(RecordsDirectory(resolver.directory_url(directory.as_uri() + "/")),
+                                           fail_if_dont_understand=True, url_resolver=resolver)
+    with source.to_fileobjs_source(ProcessingInstructions()) as fileobjs:
+        read = sorted(i for f in fileobjs.target_names_to_input_fileobjs.values()
+                      for i in pq.read_table(f).column("id").to_pylist())
+    assert read == [1, 2, 3, 10, 11, 12, 20, 21, 22]
+    assert sorted(ds.dataset(str(directory), format="parquet").to_table().column("id").to_pylist()) == [20, 21, 22]
