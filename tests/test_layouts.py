@@ -140,6 +140,10 @@ def test_switching_layouts_keeps_every_version_consistent(storage: Storage) -> N
     assert v4 is not None and {f.stored_in for f in v4.files} == {None, layout.version_dir_name(3)}
     assert ids(referencing, v4) == [1, 2, 3, 10, 11, 12, 20, 21, 22, 30, 31, 32]
     assert validate_table(storage, SCHEMA, NAME) == []
+    v5 = TableStore(storage, EAGER, layout=COMPLETE).write(SCHEMA, NAME, change(storage, [(40, 3)]))
+    assert v5 is not None and stored_data_files(storage) == listed(v5), "retention left only v5's own files"
+    assert data_names(storage, 5) == {f.name for f in v5.files}
+    assert validate_table(storage, SCHEMA, NAME, EAGER) == []
 
 
 def test_versions_written_before_the_layouts_are_read_and_referenced(storage: Storage) -> None:
