@@ -1,4 +1,5 @@
-# records-destination: Java 17 runtime (for Spark) + the Python package, serving on 50052.
+# records-destination: Java 17 runtime (for Spark) + the Python package, serving gRPC on 50052 (and, with
+# --metrics-port 9464, Prometheus metrics and the status page).
 # ARG BASE lets a local build use a locally made Debian bookworm base (public images may be unreachable).
 ARG BASE=python:3.11-slim-bookworm
 FROM ${BASE}
@@ -24,10 +25,11 @@ RUN python3 -m pip install --no-cache-dir . \
 
 # No USER: the entrypoint starts as root only to make a mounted /data writable for uid 10001 (a bind mount the
 # docker daemon creates is root's), then runs the server as uid 10001 with setpriv (docker/entrypoint.sh).
-ENV PYTHONUNBUFFERED=1
-EXPOSE 50052
+# the server writes the port it listens on here; the HEALTHCHECK reads it, so it follows --port
+ENV PYTHONUNBUFFERED=1 RECORDS_DESTINATION_PORT_FILE=/tmp/records-destination.port
+EXPOSE 50052 9464
 VOLUME ["/data"]
 HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
-    CMD ["python3", "-m", "destination.rpc.healthcheck", "localhost:50052"]
+    CMD ["python3", "-m", "destination.rpc.healthcheck"]
 ENTRYPOINT ["records-destination-entrypoint", "records-destination", "serve"]
 CMD ["--port", "50052", "--root", "/data"]

@@ -100,14 +100,22 @@ class Place:
     root: str
 
     def reset(self) -> None:
+        self.remove()
+        self.fs.create_dir(self.root)
+
+    def remove(self) -> None:
         try:
             self.fs.delete_dir(self.root)
         except (FileNotFoundError, OSError):
             pass
-        self.fs.create_dir(self.root)
 
     def file(self, i: int) -> str:
         return f"{self.root}/part-{i:04d}.parquet"
+
+    @property
+    def url(self) -> str:
+        """The place as other tools name it: a local path, or s3://bucket/prefix."""
+        return f"s3://{self.root}" if isinstance(self.fs, pafs.S3FileSystem) else self.root
 
 
 def _decode_to_parquet(job: tuple[BatchFile, bool, Place, int]) -> int:

@@ -137,6 +137,12 @@ def _check(response: Any, what: str) -> None:
         raise RuntimeError(f"{what}: {response}")
 
 
+def unknown_fields(stub: Any, configuration: dict[str, str]) -> set[str]:
+    """The configuration's fields that the server's form does not list (the server ignores them)."""
+    form = stub.ConfigurationForm(common.ConfigurationFormRequest(), timeout=60)
+    return set(configuration) - {f.name for f in form.fields}
+
+
 def create_table(stub: Any, configuration: dict[str, str], schema: str, name: str, history: bool) -> None:
     _check(stub.CreateTable(sdk.CreateTableRequest(configuration=configuration, schema_name=schema,
                                                    table=table_proto(name, history))), f"CreateTable {name}")

@@ -17,7 +17,8 @@ def _serve(args: argparse.Namespace) -> int:
     from destination.settings import server_options
 
     logs.configure_library_logging()
-    options = server_options(root=args.root, batch_file_format=args.batch_file_format, spark_master=args.spark_master)
+    options = server_options(root=args.root, batch_file_format=args.batch_file_format, spark_master=args.spark_master,
+                             metrics_port=args.metrics_port, spark_ui_port=args.spark_ui_port)
     return serve(options, args.port)
 
 
@@ -27,7 +28,7 @@ def _tester(args: argparse.Namespace) -> int:
     return run_tester(args.input, address=args.address, schema=args.schema_name, plain_text=args.plain_text,
                       batch_file_type=args.batch_file_type, configuration_file=args.configuration,
                       batch_dir=args.batch_dir, server_batch_dir=args.server_batch_dir,
-                      connect_timeout=args.connect_timeout)
+                      connect_timeout=args.connect_timeout, status_url=args.status_url)
 
 
 def _tables(args: argparse.Namespace) -> int:
@@ -76,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--root", default="./data", help="local path or s3://bucket/prefix (default ./data)")
     serve.add_argument("--batch-file-format", choices=("csv", "parquet"), default="csv")
     serve.add_argument("--spark-master", default="local[*]", help="Spark master URL (default local[*])")
+    serve.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics and the status page on this HTTP "
+                                                        "port (default: off; 9464 is Prometheus' usual one)")
+    serve.add_argument("--spark-ui-port", type=int, help="turn Spark's own web UI on, on this port (default: off)")
     serve.set_defaults(func=_serve)
 
     tester = sub.add_parser("tester", help="drive a server with Fivetran destination-tester input files")
@@ -92,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                    "default: the same path)")
     tester.add_argument("--connect-timeout", type=float, default=10.0,
                         help="seconds to wait for the server to answer (default 10)")
+    tester.add_argument("--status-url", help="the server's --metrics-port as a URL (http://localhost:9464): the live "
+                                             "bar of a call shows its Spark tasks, files and time left")
     tester.set_defaults(func=_tester)
 
     for name, helptext in (("tables", "list schemas, tables, versions and row counts"), ("show", "print a table's rows")):

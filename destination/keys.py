@@ -1,18 +1,15 @@
-"""Primary-key tokens and key-hash buckets.
+"""Primary-key tokens: what merges and change files match rows on.
 
 A key token is a canonical string of a row's key, compared in the column's type:
 FLOAT through float32, DECIMAL at its fixed scale, timestamps as exact microseconds.
 Composite keys join length-prefixed parts so no value can imitate a separator.
-Buckets use pandas' stable SipHash (fixed key) of the token: the layout depends on
-it, so it must never change for an existing table (`_table.json` records the bucket count).
-Shared: the merge tasks, the change files and the driver (a key change) all use it.
+Where rows are placed is decided by key order (destination.key_order), not by tokens.
 """
 from __future__ import annotations
 
 import base64
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -59,18 +56,3 @@ def run_starts(sorted_keys: pa.Array) -> np.ndarray:
 def run_start_index(sorted_keys: pa.Array) -> np.ndarray:
     """For keys in sorted order: the index of the first row of each row's run."""
     return np.maximum.accumulate(np.where(run_starts(sorted_keys), np.arange(len(sorted_keys)), 0))
-
-
-def key_hashes(tokens: pa.Array) -> np.ndarray:
-    """64-bit hashes of key tokens (equal keys, equal hashes); the bucket is the hash modulo the bucket count."""
-    if len(tokens) == 0:
-        return np.zeros(0, dtype=np.uint64)
-    return pd.util.hash_array(np.asarray(tokens.to_numpy(zero_copy_only=False), dtype=object), categorize=False)
-
-
-def buckets_of(hashes: np.ndarray, bucket_count: int) -> np.ndarray:
-    return (hashes % np.uint64(bucket_count)).astype(np.int32)
-
-
-def buckets(tokens: pa.Array, bucket_count: int) -> np.ndarray:
-    return buckets_of(key_hashes(tokens), bucket_count)

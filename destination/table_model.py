@@ -55,11 +55,18 @@ class ColumnDef:
         return self.type
 
 
+KEY_RANGES, HASH_BUCKETS = "key-ranges", "hash-buckets"
+
+
 @dataclass(frozen=True)
 class TableDef:
     name: str
     columns: tuple[ColumnDef, ...]
-    bucket_count: int = 16
+    # how the rows are placed in data files: KEY_RANGES (sorted, non-overlapping key ranges; every table created
+    # since placement by key ranges) or HASH_BUCKETS (16 key-hash buckets; older tables, placed anew by their first
+    # write: destination/write/write_path.py `_place_in_ranges`)
+    placement: str = "key-ranges"
+    bucket_count: int = 16  # HASH_BUCKETS only
 
     @property
     def column_names(self) -> list[str]:
@@ -94,10 +101,17 @@ class TableDef:
         return replace(self, columns=tuple(columns))
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "columns": [c.to_json() for c in self.columns],
-                "bucket_count": self.bucket_count}
+        out: dict[str, Any] = {"name": self.name, "columns": [c.to_json() for c in self.columns],
+                               "placement": self.placement}
+        if self.placement == HASH_BUCKETS:
+            out["bucket_count"] = self.bucket_count
+        return out
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> TableDef:
         return TableDef(name=data["name"], columns=tuple(ColumnDef.from_json(c) for c in data["columns"]),
-                        bucket_count=int(data.get("bucket_count", 16)))
+                        placement=str(data.get("placement", HASH_BUCKETS)), bucket_count=int(data.get("bucket_count", 16)))
+
+    @property
+    def in_key_ranges(self) -> bool:
+        return self.placement == KEY_RANGES

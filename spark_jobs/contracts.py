@@ -9,12 +9,13 @@ can never shift another one silently. A task that fails returns a `TaskFailure` 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, BinaryIO, cast
 
 from destination.batch.reader import FileFormat
 from destination.changes.files import ChangeTarget
 from destination.changes.metadata import KIND_ROWS, ChangeFile
 from destination.conversion import FailureKey
-from destination.storage.base import StorageSpec
+from destination.storage.base import StorageSpec, open_storage
 from destination.table_model import TableDef
 from destination.table_store.datafiles import DataFile
 
@@ -32,6 +33,8 @@ class JobContext:
     table: TableDef  # the new version's definition
     version: int
     changes: ChangeTarget | None = None  # where the version's change files go, when change files are on
+    target_file_bytes: int = 64 << 20  # the data-file size writes aim for (destination.placement)
+    scratch: StorageSpec | None = None  # where sorted runs are staged (None: the table's own storage)
 
     @property
     def tracks_row_changes(self) -> bool:
@@ -45,39 +48,64 @@ class JobContext:
 # ---- units: one per task ------------------------------------------------------------------------------------
 
 @dataclass(frozen=True, kw_only=True)
+class StagedCopy:
+    """A batch file's bytes as sent (still encrypted), copied by the driver into the table root's storage for
+    executors that cannot read the server's disk (destination/write/staging.py)."""
+
+    storage: StorageSpec
+    path: str  # below the storage's root
+
+
+@dataclass(frozen=True, kw_only=True)
 class BatchFileRef:
     """One batch file of a request, as the task that decodes it needs it."""
 
     kind: str  # one of FILE_KINDS
-    path: str
+    path: str  # on the server's disk (and in error messages)
     key: bytes | None  # the AES key (None: not encrypted)
     position: int  # in request order
-    data: bytes | None = None  # the file's bytes, for executors that cannot read the server's disk
+    staged: StagedCopy | None = None  # where tasks read the file instead of `path`
+
+    def open_staged(self) -> BinaryIO | None:
+        """A stream of the staged copy's bytes, or None: read `path`."""
+        if self.staged is None:
+            return None
+        return cast(BinaryIO, open_storage(self.staged.storage).open_stream(self.staged.path))
 
 
 @dataclass(frozen=True, kw_only=True)
-class MergeUnit:
-    """One bucket of a write: its operations (Arrow IPC chunks) and the base's data files of that bucket."""
+class RunSource:
+    """Stage 1 of a large write: one batch file decoded into operations (or, for a relayout, one stored file's
+    rows), sorted in key order and staged as an Arrow IPC file of small record batches at `run_path`."""
 
-    bucket: int
-    chunks: tuple[bytes, ...]
+    run_path: str  # in the scratch storage (JobContext.scratch)
+    ref: BatchFileRef | None = None
+    fmt: FileFormat | None = None
+    stored: DataFile | None = None  # a relayout: this file's rows, in the base version
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSlice:
+    """The record batches of one sorted run that may hold keys of a unit's range (consecutive, in order)."""
+
+    run_path: str
+    batches: tuple[int, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RangeUnit:
+    """One unit of a write over the table's key ranges (destination.placement): the range [lo, hi) of entity keys
+    (JSON keys, None: unbounded), the base's files that overlap it, and the request's operations in it — Arrow
+    IPC chunks (decoded on the driver) and/or slices of sorted runs (filtered to the range by the task)."""
+
+    lo: list[Any] | None
+    hi: list[Any] | None
     files: tuple[DataFile, ...] = ()
-
-
-@dataclass(frozen=True, kw_only=True)
-class DecodeUnit:
-    """The map side of a shuffled write: one batch file to decode and split by bucket."""
-
-    ref: BatchFileRef
-    fmt: FileFormat
-
-
-@dataclass(frozen=True, kw_only=True)
-class LoadUnit:
-    """A share of the files of a write into an empty table, merged per bucket where they are decoded."""
-
-    refs: tuple[BatchFileRef, ...]
-    fmt: FileFormat
+    compact: bool = False  # rewrite `files` even where no operation touches them
+    chunks: tuple[bytes, ...] = ()
+    runs: tuple[RunSlice, ...] = ()
+    rows_only: bool = False  # the runs hold rows to place in key order, not operations (a relayout)
+    tag: int = 0  # the unit's position, for file names and change-file order
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -199,13 +227,17 @@ class RequestCounts:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Loaded:
-    """A load task's result: its files, its share of the request's account, and the 64-bit hashes of its keys
-    (the driver checks that no key is in two tasks' files)."""
+class SortedRun:
+    """A staged run: its rows, and per record batch its row count and first and last entity key (JSON), which
+    the driver plans the units from; `counts` is the batch file's account (None for a relayout's stored file)."""
 
-    written: FilesWritten
-    counts: RequestCounts
-    key_hashes: bytes
+    run_path: str
+    rows: int
+    bytes: int
+    batch_rows: tuple[int, ...]
+    batch_first: tuple[list[Any], ...]
+    batch_last: tuple[list[Any], ...]
+    counts: DecodedCounts | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,12 +9,11 @@ An operation is a row of the table's columns plus:
 - `CHANGES`: the row's values that did not convert, as JSON (destination.row_meta), or NULL;
 - `UNMOD + column`: the column is unmodified (missing from the file, or holding the unmodified marker) and keeps
   the stored value (NULL for a new row);
-- `KEY`, `HASH`, `BUCKET`: the row's key token, its 64-bit hash and its bucket (destination.keys).
-Operations travel to a bucket's merge task as Arrow IPC chunks, one per bucket (`bucket_chunks`).
+- `KEY`: the row's key token (destination.keys; history tables: of the entity key).
+Operations travel to a unit's merge task as Arrow IPC chunks (decoded on the driver) or in sorted runs.
 """
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,7 +24,7 @@ from destination import row_meta
 from destination.batch.reader import DecodedBatch, FileFormat, iter_batch_file
 from destination.conversion import Failure, FailureKey, count_by_column
 from destination.errors import BadBatchFile
-from destination.keys import buckets_of, key_hashes, key_tokens
+from destination.keys import key_tokens
 from destination.table_model import START, TableDef
 from destination.type_mapping import arrow_type
 from spark_jobs.contracts import BatchFileRef
@@ -33,8 +32,6 @@ from spark_jobs.contracts import BatchFileRef
 OP = "\x00op"
 SEQ = "\x00seq"
 KEY = "\x00key"
-HASH = "\x00hash"  # 64-bit hash of KEY (destination.keys.key_hashes)
-BUCKET = "\x00bucket"
 CHANGES = "\x00changes"
 UNMOD = "\x00unmod:"
 OP_REPLACE, OP_UPDATE, OP_DELETE, OP_EARLIEST = 0, 1, 2, 3  # the values of OP
@@ -49,11 +46,6 @@ class FileOperations:
     parts: list[pa.Table] = field(default_factory=list)
     rows: int = 0
     failures_by_column: dict[FailureKey, int] = field(default_factory=dict)
-
-    def chunks(self) -> list[tuple[int, bytes]]:
-        """(bucket, Arrow IPC stream of that bucket's operations), in bucket order. The file is split once:
-        per-block splits left the merge many small batches, which cost more than the split saved."""
-        return bucket_chunks(pa.concat_tables(self.parts)) if self.parts else []
 
 
 def _block_operations(block: DecodedBatch, table_def: TableDef, op: int, seq_start: int) -> pa.Table:
@@ -83,7 +75,7 @@ def _block_operations(block: DecodedBatch, table_def: TableDef, op: int, seq_sta
 
 def replace_operations(stored: pa.Table, table_def: TableDef) -> pa.Table:
     """Stored rows (already in `table_def`) as replace operations of every column, in row order: a key change
-    re-buckets a table by merging its rows into an empty one."""
+    places a table's rows anew by merging them into an empty one."""
     n = stored.num_rows
     ops = stored.select([c.name for c in table_def.columns])
     ops = ops.append_column(OP, pa.array(np.full(n, OP_REPLACE, dtype=np.int8)))
@@ -95,11 +87,9 @@ def replace_operations(stored: pa.Table, table_def: TableDef) -> pa.Table:
 
 
 def with_keys(ops: pa.Table, table_def: TableDef) -> pa.Table:
-    """Append each operation's key token, key hash and bucket (history tables: the key without `_fivetran_start`)."""
+    """Append each operation's key token (history tables: of the key without `_fivetran_start`)."""
     tokens = key_tokens(ops, table_def.entity_key) if ops.num_rows else pa.array([], pa.string())
-    hashes = key_hashes(tokens)
-    return (ops.append_column(KEY, tokens).append_column(HASH, pa.array(hashes, pa.uint64()))
-            .append_column(BUCKET, pa.array(buckets_of(hashes, table_def.bucket_count))))
+    return ops.append_column(KEY, tokens)
 
 
 def file_operations(table_def: TableDef, ref: BatchFileRef, fmt: FileFormat) -> FileOperations:
@@ -110,7 +100,7 @@ def file_operations(table_def: TableDef, ref: BatchFileRef, fmt: FileFormat) -> 
         required.append(START)  # a version's start is its identity; a delete closes whatever is active
     out = FileOperations()
     failures: list[Failure] = []
-    for block in iter_batch_file(ref.path, list(table_def.columns), fmt, ref.key, required, data=ref.data):
+    for block in iter_batch_file(ref.path, list(table_def.columns), fmt, ref.key, required, source=ref.open_staged()):
         if block.table.num_rows == 0:
             continue
         missing_key = [c for c in required if block.table.column(c).null_count]
@@ -122,22 +112,6 @@ def file_operations(table_def: TableDef, ref: BatchFileRef, fmt: FileFormat) -> 
         failures.extend(block.failures)
     out.failures_by_column = count_by_column(failures)
     return out
-
-
-def split_by_bucket(ops: pa.Table) -> list[tuple[int, pa.Table]]:
-    """(bucket, that bucket's rows of `ops`), one per bucket present, in bucket order."""
-    if not ops.num_rows:
-        return []
-    ids = ops.column(BUCKET).to_numpy()
-    order = np.argsort(ids, kind="stable")
-    ops, ids = ops.take(pa.array(order)), ids[order]
-    starts = np.concatenate([[0], np.flatnonzero(np.diff(ids)) + 1, [len(ids)]])
-    return [(int(ids[s]), ops.slice(int(s), int(e - s))) for s, e in itertools.pairwise(starts)]
-
-
-def bucket_chunks(ops: pa.Table) -> list[tuple[int, bytes]]:
-    """(bucket, Arrow IPC stream of that bucket's operations), one per bucket present (key hashes left out)."""
-    return [(b, to_ipc(part.drop_columns([HASH]))) for b, part in split_by_bucket(ops)]
 
 
 def to_ipc(table: pa.Table) -> bytes:

@@ -6,49 +6,32 @@ reach the store. Each task function takes (JobContext, unit) and returns its res
 """
 from __future__ import annotations
 
-import time
-from collections import Counter
-from collections.abc import Iterator
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from destination.changes.events import ChangeEvents, deletes, empty_events, pair_changes, updates
+from destination.changes.events import ChangeEvents, deletes, empty_events, updates
 from destination.changes.files import format_staged, write_events, write_snapshot
 from destination.changes.metadata import KIND_SNAPSHOT, ChangeFile
-from destination.conversion import FailureKey, convert_column
-from destination.keys import key_tokens
+from destination.conversion import convert_column
 from destination.storage.base import Storage, open_storage
 from destination.table_model import TableDef
-from destination.table_store.datafiles import BucketFiles, DataFile, align, may_hold, read_data_file, write_data_file
+from destination.table_store.datafiles import DataFile, align, read_data_file, write_data_file
 from destination.table_store.layout import data_file_name
 from destination.table_store.locations import file_dir
 from spark_jobs.alter import convert_table
 from spark_jobs.contracts import (
-    DecodedCounts,
-    DecodeUnit,
     FilesWritten,
     FormatChangesUnit,
     HistoryRewriteUnit,
     JobContext,
     LatestVersionsUnit,
-    Loaded,
-    LoadUnit,
-    MergeUnit,
-    RequestCounts,
     RewriteUnit,
     SnapshotChangesUnit,
     TruncateUnit,
     VersionAtStep,
 )
-from spark_jobs.history import merge_history_bucket
 from spark_jobs.history_migrations import latest_versions, to_history, version_at
-from spark_jobs.merge import MergeCounts, merge_bucket
-from spark_jobs.operations import HASH, KEY, OP, OP_EARLIEST, file_operations, from_ipc, split_by_bucket
-
-MAX_FILES_PER_BUCKET = 8  # compaction policy: a touched bucket with more files is rewritten as one
-META = 0  # the shuffle key of a write's per-file counts; bucket b travels under key b + 1
 
 
 def _finish(storage: Storage, ctx: JobContext, table: pa.Table, table_def: TableDef, bucket: int | None,
@@ -57,7 +40,8 @@ def _finish(storage: Storage, ctx: JobContext, table: pa.Table, table_def: Table
     change files on, the task's events (a row-level version) or `table` itself (a snapshot version)."""
     new_files: tuple[DataFile, ...] = ()
     if table.num_rows:
-        new_files = (write_data_file(storage, ctx.target_dir, data_file_name(bucket), table, table_def, bucket),)
+        new_files = (write_data_file(storage, ctx.target_dir, data_file_name(bucket if bucket is not None else "part"),
+                                     table, table_def, bucket),)
     changes: tuple[ChangeFile, ...] = ()
     target = ctx.changes
     if target is not None:
@@ -67,116 +51,6 @@ def _finish(storage: Storage, ctx: JobContext, table: pa.Table, table_def: Table
             part = write_events(storage, target, table_def, bucket, events or empty_events(table_def))
         changes = (part,) if part else ()
     return FilesWritten(new_files=new_files, replaced=tuple(replaced), counts=counts, changes=changes)
-
-
-def decode_file_task(ctx: JobContext, unit: DecodeUnit) -> Iterator[tuple[int, bytes | DecodedCounts]]:
-    """Map side of a write: decodes the file and emits (bucket + 1, Arrow IPC chunk of that bucket's operations),
-    then (META, the file's counts)."""
-    started = time.perf_counter()
-    ops = file_operations(ctx.table, unit.ref, unit.fmt)
-    chunks = ops.chunks()
-    counts = DecodedCounts(rows=ops.rows, failures_by_column=ops.failures_by_column,
-                           seconds=time.perf_counter() - started)
-    del ops
-    yield from ((bucket + 1, chunk) for bucket, chunk in chunks)
-    yield META, counts
-
-
-def merge_shuffled_task(files_by_bucket: dict[int, tuple[DataFile, ...]], ctx: JobContext, key: int,
-                        payloads: list[bytes | DecodedCounts]) -> FilesWritten | RequestCounts:
-    """Reduce side of a write: the request's counts (key META), or one bucket's merge over its chunks."""
-    if key == META:
-        decoded = [p for p in payloads if isinstance(p, DecodedCounts)]
-        failures: Counter[FailureKey] = Counter()
-        for counts in decoded:
-            failures.update(counts.failures_by_column)
-        return RequestCounts(rows=sum(c.rows for c in decoded), files=len(decoded), failures_by_column=dict(failures),
-                             decode_seconds=sum(c.seconds for c in decoded))
-    bucket = key - 1
-    started = time.perf_counter()
-    chunks = tuple(p for p in payloads if isinstance(p, bytes))
-    result = merge_bucket_task(ctx, MergeUnit(bucket=bucket, chunks=chunks, files=files_by_bucket.get(bucket, ())))
-    return FilesWritten(new_files=result.new_files, replaced=result.replaced, counts=result.counts,
-                        changes=result.changes, seconds=time.perf_counter() - started)
-
-
-def load_files_task(ctx: JobContext, unit: LoadUnit) -> Loaded:
-    """A write into an empty table without updates or deletes: each file's operations are merged per bucket here
-    (against no stored rows) and appended to one data file per bucket, with no shuffle. Keys repeated within a
-    file merge as usual; the driver checks with the returned key hashes that no key is in two files (else it
-    redoes the request through the shuffle)."""
-    started = time.perf_counter()
-    storage = open_storage(ctx.storage)
-    table_def = ctx.table
-    merge = merge_history_bucket if table_def.is_history else merge_bucket
-    target = ctx.changes
-    files = BucketFiles(storage, ctx.target_dir, table_def)
-    counts = MergeCounts()
-    changes: list[ChangeFile] = []
-    hashes: list[np.ndarray] = []
-    failures: Counter[FailureKey] = Counter()
-    rows = noops = 0
-    for ref in unit.refs:
-        ops = file_operations(table_def, ref, unit.fmt)
-        rows += ops.rows
-        failures.update(ops.failures_by_column)
-        if not ops.parts:
-            continue
-        table = pa.concat_tables(ops.parts)
-        table = table.filter(pc.not_equal(table.column(OP), OP_EARLIEST))  # no stored versions to close
-        hashes.append(distinct(table.column(HASH).to_numpy()))
-        for bucket, part in split_by_bucket(table):
-            result = merge(align(pa.table({}), table_def), part, table_def, ctx.version,
-                           track_changes=target is not None)
-            files.add(bucket, result.table)
-            counts.add(result.counts)
-            if target is not None and result.before is not None and result.after is not None:
-                paired = pair_changes(result.before, result.after, table_def, target.settings.emit_noop_updates)
-                noops += paired.noop_updates
-                written = write_events(storage, target, table_def, bucket, paired.events)
-                changes += [written] if written else []
-    seconds = time.perf_counter() - started
-    return Loaded(written=FilesWritten(new_files=tuple(files.close()), counts={**counts.as_dict(), "noop_updates": noops},
-                                       changes=tuple(changes), seconds=seconds),
-                  counts=RequestCounts(rows=rows, files=len(unit.refs), failures_by_column=dict(failures)),
-                  key_hashes=np.concatenate(hashes).tobytes() if hashes else b"")
-
-
-def distinct(values: np.ndarray) -> np.ndarray:
-    """The distinct values, sorted (a sort is several times faster than np.unique's hash table here)."""
-    ordered = np.sort(values)
-    return ordered[np.concatenate([[True], ordered[1:] != ordered[:-1]])] if len(ordered) else ordered
-
-
-def merge_bucket_task(ctx: JobContext, unit: MergeUnit) -> FilesWritten:
-    """One bucket of a write: its operations merged with the base's rows they may touch."""
-    storage = open_storage(ctx.storage)
-    table_def = ctx.table
-    ops = pa.concat_tables([from_ipc(c) for c in unit.chunks]).combine_chunks()
-    op_keys = ops.column(KEY).combine_chunks()
-    kcols = table_def.entity_key
-    compact = len(unit.files) + 1 > MAX_FILES_PER_BUCKET
-    rewrite: list[DataFile] = []
-    stored_parts: list[pa.Table] = []
-    for f in unit.files:
-        if not compact:
-            if not may_hold(ops, f.key_range, table_def):
-                continue  # no key of the request is in the file's key range: not even its keys are read
-            # every file of a version has the version's columns (AlterTable rewrites them all)
-            keys_only = read_data_file(storage, file_dir(ctx.read_dir, f), f.name, [c.name for c in kcols])
-            if not pc.any(pc.is_in(key_tokens(keys_only, kcols), value_set=op_keys)).as_py():
-                continue
-        rewrite.append(f)
-        stored_parts.append(align(read_data_file(storage, file_dir(ctx.read_dir, f), f.name), table_def))
-    stored = pa.concat_tables(stored_parts) if stored_parts else align(pa.table({}), table_def)
-    merge = merge_history_bucket if table_def.is_history else merge_bucket
-    result = merge(stored, ops, table_def, ctx.version, track_changes=ctx.tracks_row_changes)
-    counts = result.counts.as_dict()
-    events = None
-    if ctx.changes is not None and ctx.tracks_row_changes and result.before is not None and result.after is not None:
-        paired = pair_changes(result.before, result.after, table_def, ctx.changes.settings.emit_noop_updates)
-        events, counts["noop_updates"] = paired.events, paired.noop_updates
-    return _finish(storage, ctx, result.table, table_def, unit.bucket, [f.name for f in rewrite], counts, events)
 
 
 def before_cutoff_ms(synced: pa.Array, cutoff_us: int) -> pa.Array:

@@ -49,10 +49,11 @@ class ServerProcess:
             self.process.wait(30)
 
 
-def start_server(root: str, log: Path, **env: str) -> ServerProcess:
+def start_server(root: str, log: Path, *args: str, spark_master: str = "local[2]", **env: str) -> ServerProcess:
+    """`serve` on a free port, with more command-line `args` and `env` added to this process's environment."""
     port = free_port()
     process = subprocess.Popen([str(BIN / "records-destination"), "serve", "--port", str(port), "--root", root,
-                                "--spark-master", "local[2]"], stdout=open(log, "wb"), stderr=subprocess.DEVNULL,
+                                "--spark-master", spark_master, *args], stdout=open(log, "wb"), stderr=subprocess.DEVNULL,
                                env={**os.environ, **env})
     return ServerProcess(process, f"127.0.0.1:{port}", log)
 

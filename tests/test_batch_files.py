@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import BinaryIO, cast
 
 import pyarrow as pa
 import pytest
@@ -16,6 +17,7 @@ from destination.batch.reader import CSV_BLOCK, FileFormat, iter_batch_file
 from destination.errors import BadBatchFile, BadRequest
 from destination.protocol import common
 from destination.rpc.proto_convert import table_from_proto
+from destination.storage.base import Storage
 from destination.table_model import ColumnDef
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING
 from tests.batchfiles import FMT, PLAIN, write_csv, write_parquet
@@ -98,9 +100,9 @@ def test_gzip_and_uncompressed_files(tmp_path: Path) -> None:
         assert table.column("s").to_pylist() == [f"v{i}" for i in range(10)]
 
 
-def test_bytes_shipped_with_the_job_decode_like_the_file(tmp_path: Path) -> None:
-    """Executors on other machines get the file's bytes (`data`), not its path: every encryption and compression
-    must decode the same from them (the path only names the file in errors)."""
+def test_a_staged_copy_decodes_like_the_file(tmp_path: Path, storage: Storage) -> None:
+    """Executors on other machines read the file's copy staged in the table's storage (`source`), not its path:
+    every encryption and compression must decode the same from it (the path only names the file in errors)."""
     cols = ["id", "s"]
     rows = [{"id": str(i), "s": f"v{i}"} for i in range(10)]
     columns = COLUMNS[:1] + [ColumnDef("s", "STRING")]
@@ -111,9 +113,10 @@ def test_bytes_shipped_with_the_job_decode_like_the_file(tmp_path: Path) -> None
         ("p.csv", None, "off", PLAIN),
     ]:
         path = write_csv(tmp_path / name, cols, rows, key, compression)
-        data = path.read_bytes()
+        storage.write_bytes(f"_staging/{name}", path.read_bytes())
         path.unlink()
-        blocks = list(iter_batch_file(f"/elsewhere/{name}", columns, fmt, key, ["id"], data=data))
+        source = cast(BinaryIO, storage.open_stream(f"_staging/{name}"))
+        blocks = list(iter_batch_file(f"/elsewhere/{name}", columns, fmt, key, ["id"], source=source))
         assert pa.concat_tables([b.table for b in blocks]).column("s").to_pylist() == [f"v{i}" for i in range(10)], name
 
 

@@ -60,7 +60,7 @@ def crlf_file(size: int, header: bytes = b"id,s\r\n") -> tuple[bytes, list[bytes
 
 def decode(data: bytes, fmt: FileFormat = PLAIN, columns: list[ColumnDef] = COLUMNS, tmp_path: Path | None = None
            ) -> tuple[pa.Table, list]:
-    blocks = list(iter_batch_file("/in/memory.csv", columns, fmt, KEY, ["id"], data=data))
+    blocks = list(iter_batch_file("/in/memory.csv", columns, fmt, KEY, ["id"], source=io.BytesIO(data)))
     return pa.concat_tables([b.table for b in blocks]), [f for b in blocks for f in b.failures]
 
 
@@ -188,7 +188,7 @@ def test_invalid_utf8_in_a_parquet_string_column_becomes_null_with_a_change_reco
     sink = io.BytesIO()
     pq.write_table(_parquet_with_bad_utf8(), sink)
     fmt = FileFormat(False, "OFF", NULL_STRING, UNMODIFIED_STRING, "parquet")
-    blocks = list(iter_batch_file("/in/memory.parquet", COLUMNS, fmt, None, ["id"], data=sink.getvalue()))
+    blocks = list(iter_batch_file("/in/memory.parquet", COLUMNS, fmt, None, ["id"], source=io.BytesIO(sink.getvalue())))
     assert blocks[0].table.column("s").to_pylist() == ["ok", None, "a\x00\u2028"]
     assert [(f.row, f.field, f.change) for f in blocks[0].failures] == [(1, "s", "NULLED")]
 

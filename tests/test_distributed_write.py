@@ -3,9 +3,11 @@ table merged where it is decoded (one task per core, no shuffle). Tester inputs 
 the reference model says and replay exactly from their change files, as on the small-request path."""
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pyarrow as pa
 import pytest
 
@@ -16,7 +18,6 @@ from destination.table_store.locations import file_dir
 from destination.table_store.store import TableStore
 from tests.batchfiles import write_csv
 from tests.conftest import spec_of
-from tests.reference_model import key_bucket
 from tests.rpc_helpers import rows_of, table
 from tests.test_change_replay import HISTORY_STEPS, PLAIN_STEPS, VARIANTS, check_replay, run_input, run_steps
 from tests.test_conformance import ALL_INPUTS
@@ -60,14 +61,16 @@ def test_first_load_of_distinct_keys_writes_truthful_file_statistics(stub, confi
     store = TableStore(open_storage(spec_of(configuration)))
     current = store.load("load", "stats")
     assert current is not None and current.rows == 2000
-    per_bucket: dict[int | None, int] = {}
+    spans = []
     for f in current.files:
         rows = read_data_file(store.storage, file_dir(current.directory, f), f.name)
         synced = rows.column("_fivetran_synced").cast(pa.int64()).to_pylist()
+        ids = rows.column("id").to_pylist()
         assert (f.rows, f.min_synced, f.max_synced) == (rows.num_rows, min(synced), max(synced))
-        assert {key_bucket(str(i), current.table.bucket_count) for i in rows.column("id").to_pylist()} == {f.bucket}
-        per_bucket[f.bucket] = per_bucket.get(f.bucket, 0) + 1
-    assert max(per_bucket.values()) > 1, "one task per core each wrote its own file of a bucket (no shuffle)"
+        assert ids == sorted(ids) and (f.first_key, f.last_key) == ([ids[0]], [ids[-1]])
+        spans.append((ids[0], ids[-1]))
+    spans.sort()
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(spans)), "files hold non-overlapping key ranges"
     assert sorted(row["id"] for row in rows_of(configuration, "load", "stats")) == list(range(2000))
 
 
@@ -111,3 +114,28 @@ def test_tester_inputs_through_spark_tasks(grpc_server, configuration, tmp_path,
 @pytest.mark.parametrize("steps", [PLAIN_STEPS, HISTORY_STEPS], ids=["plain", "history"])
 def test_request_sequences_through_spark_tasks(grpc_server, tmp_path: Path, steps: list[dict[str, Any]]) -> None:  # type: ignore[no-untyped-def]
     run_steps(grpc_server, {"root": str(tmp_path / "root"), **VARIANTS["arcion-json"]}, tmp_path, steps)
+
+
+def test_staged_runs_are_removed_after_the_write_and_after_a_failure(stub, configuration, tmp_path,  # type: ignore[no-untyped-def]
+                                                                     server_options) -> None:
+    """Large requests stage their sorted operations as runs in the scratch directory (Spark's local mode): none is
+    left behind, whether the write committed or a batch file failed to decode in stage 1."""
+    scratch = tmp_path / "scratch"
+    server_options(scratch_dir=str(scratch), small_request_bytes=0)
+    t = table("staged", [("id", "INT", True), ("v", "STRING"), ("n", "LONG"), *SYS])
+    create(stub, configuration, "runs", t)
+    request = _request(configuration, "runs", t, tmp_path, [[r(i, "x") for i in range(f * 100, f * 100 + 100)]
+                                                             for f in range(3)])
+    assert stub.WriteBatch(request).WhichOneof("response") == "success"
+    assert scratch.exists() and not [p for p in scratch.rglob("*") if p.is_file()], "runs were staged and removed"
+
+    broken = tmp_path / "broken.csv.zstd.aes"
+    broken.write_bytes(b"not an encrypted batch file" * 100)
+    bad = _request(configuration, "runs", t, tmp_path, [[r(1000, "y")]])
+    bad.replace_files.append(str(broken))
+    bad.keys[str(broken)] = KEY
+    with pytest.raises(grpc.RpcError) as rejected:
+        stub.WriteBatch(bad)
+    assert "broken.csv.zstd.aes" in rejected.value.details()
+    assert not [p for p in scratch.rglob("*") if p.is_file()], "a failed write left staged runs behind"
+    assert sorted(x["id"] for x in rows_of(configuration, "runs", "staged")) == list(range(300))

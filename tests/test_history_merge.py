@@ -15,7 +15,7 @@ from destination.table_model import ColumnDef, TableDef
 from destination.type_mapping import arrow_schema
 from spark_jobs.history import TMAX_US, merge_history_bucket
 from spark_jobs.merge import key_columns
-from spark_jobs.operations import BUCKET, CHANGES, KEY, OP, OP_DELETE, OP_EARLIEST, OP_REPLACE, OP_UPDATE, SEQ, UNMOD
+from spark_jobs.operations import CHANGES, KEY, OP, OP_DELETE, OP_EARLIEST, OP_REPLACE, OP_UPDATE, SEQ, UNMOD
 
 UTC = dt.UTC
 TMAX = dt.datetime(1970, 1, 1, tzinfo=UTC) + dt.timedelta(microseconds=TMAX_US)
@@ -51,7 +51,7 @@ def ops(*rows: tuple[int, dict[str, Any], set[str]]) -> pa.Table:
     for c in TABLE.columns:
         table = table.append_column(UNMOD + c.name, pa.array([c.name in r[2] for r in rows]))
     table = table.append_column(KEY, key_tokens(table, key_columns(TABLE)))
-    return table.append_column(BUCKET, pa.array(np.zeros(len(rows), dtype=np.int32)))
+    return table
 
 
 def merged(before: pa.Table, request: pa.Table) -> list[tuple[Any, ...]]:

@@ -1,7 +1,7 @@
 """One large value must not stop a sync (issue 15 §2): STRING, JSON and BINARY values of 1, 8, 32 and 90 MB, in
 CSV and Parquet batch files, go through the real gRPC server and Spark on every decode path (on the driver, in
-Spark tasks, and in tasks that receive the file's bytes because executors cannot read the server's disk) and are
-read back from the stored Parquet byte for byte."""
+Spark tasks, and in tasks that read the file's copy staged in the table's storage because executors cannot read the
+server's disk) and are read back from the stored Parquet byte for byte."""
 from __future__ import annotations
 
 import base64
@@ -16,7 +16,10 @@ import pytest
 
 from destination.protocol import sdk
 from destination.settings import ServerOptions
+from destination.storage.base import open_storage
 from destination.tester.batchgen import csv_bytes, parquet_bytes, seal
+from destination.write.staging import STAGING_DIR
+from tests.conftest import spec_of
 from tests.rpc_helpers import rows_of, table
 from tests.test_write_path import KEY, SYS, create, params
 
@@ -102,14 +105,14 @@ def test_large_values_decoded_in_spark_tasks(stub, configuration, tmp_path, kind
 
 
 @pytest.fixture(scope="module")
-def shipping_stub(spark, tmp_path_factory) -> Iterator[Any]:  # type: ignore[no-untyped-def]
-    """A server configured for a non-local Spark master: the batch files' bytes travel with the Spark job (here
-    the session is the tests' local one, so the tasks run, but they decode shipped bytes, not the file)."""
+def staging_stub(spark, tmp_path_factory) -> Iterator[Any]:  # type: ignore[no-untyped-def]
+    """A server configured for a non-local Spark master: the batch files are staged in the table's storage (here
+    the session is the tests' local one, so the tasks run, but they decode the staged copy, not the file)."""
     from destination.protocol import sdk_grpc
     from destination.rpc.server import build_server
 
     server, _health, _service, port = build_server(
-        ServerOptions(root=str(tmp_path_factory.mktemp("ship-root")), spark_master="spark://executors.elsewhere:7077",
+        ServerOptions(root=str(tmp_path_factory.mktemp("staging-root")), spark_master="spark://executors.elsewhere:7077",
                       small_request_bytes=0), 0)  # every request through Spark tasks
     server.start()
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
@@ -119,5 +122,6 @@ def shipping_stub(spark, tmp_path_factory) -> Iterator[Any]:  # type: ignore[no-
 
 
 @pytest.mark.parametrize("kind", ["csv", "parquet"])
-def test_large_values_decoded_from_shipped_bytes(shipping_stub, configuration, tmp_path, kind) -> None:  # type: ignore[no-untyped-def]
-    write_and_check(shipping_stub, configuration, tmp_path, kind)
+def test_large_values_decoded_from_a_staged_copy(staging_stub, configuration, tmp_path, kind) -> None:  # type: ignore[no-untyped-def]
+    write_and_check(staging_stub, configuration, tmp_path, kind)
+    assert list(open_storage(spec_of(configuration)).list_recursive(STAGING_DIR)) == []

@@ -114,7 +114,8 @@ def test_sigterm_lets_the_call_in_flight_finish(server_process, tmp_path: Path) 
     assert response.WhichOneof("response") == "success"  # type: ignore[attr-defined]
     assert result["at"] > signalled  # it was still running when the signal came, and it finished
     lines = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-    assert all(set(e) == {"level", "message", "message-origin"} and e["message-origin"] == "sdk_destination"
+    assert all({"level", "message", "message-origin"} <= set(e) <= {"level", "message", "message-origin", "schema", "table"}
+               and e["message-origin"] == "sdk_destination"
                and e["level"] in ("INFO", "WARNING", "SEVERE") for e in lines)
     messages = " ".join(e["message"] for e in lines)
     assert "[WriteBatch] s.big: 400000 rows" in messages and "stopped" in messages

@@ -113,6 +113,14 @@ def row_count_wrong(storage: Storage) -> str:
     return f"{V3}/_files.json: "
 
 
+def key_range_wrong(storage: Storage) -> str:
+    def widen(doc: dict) -> None:
+        entry = next(f for f in doc["files"] if f["rows"])
+        entry["last_key"] = [entry["last_key"][0] + 1_000_000]
+    edit_json(storage, f"{PREFIX}/{V3}/_files.json", widen)
+    return f"{V3}/_files.json: "
+
+
 def leftover_metadata(storage: Storage) -> str:
     storage.write_bytes(f"{PREFIX}/{V3}/_staging", b"")
     return f"{V3}/_staging: unexpected metadata name"
@@ -151,7 +159,7 @@ def change_directory_missing(storage: Storage) -> str:
 
 DEFECTS: list[Defect] = [
     missing_data_file, manifest_length_wrong, schema_files_differ, schema_names_other_columns, format_file_missing,
-    parquet_column_type_wrong, data_file_not_parquet, row_count_wrong, leftover_metadata,
+    parquet_column_type_wrong, data_file_not_parquet, row_count_wrong, key_range_wrong, leftover_metadata,
     commit_record_without_directory, commit_record_names_another_version, commit_record_missing,
     change_directory_without_manifest, change_file_missing, change_directory_missing,
 ]

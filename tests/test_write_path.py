@@ -16,12 +16,11 @@ import pytest
 
 from destination.protocol import sdk
 from destination.storage.base import open_storage
-from destination.table_model import ColumnDef
+from destination.table_model import TableDef
 from destination.table_store.store import TableStore
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING, csv_bytes, seal
-from tests.batchfiles import FMT, seal_raw, write_csv
+from tests.batchfiles import seal_raw, write_csv
 from tests.conftest import spec_of
-from tests.reference_model import key_bucket, siphash24
 from tests.rpc_helpers import rows_of, table
 
 KEY = bytes(range(32))
@@ -54,12 +53,6 @@ def create(stub, configuration, schema, t):  # type: ignore[no-untyped-def]
 def r(i: Any, v: Any, ts: str = "2024-01-01T00:00:00Z", **extra: Any) -> dict[str, Any]:
     return {"id": str(i), "v": v, "n": extra.get("n", U if v == U else "1"), "_fivetran_synced": ts,
             "_fivetran_deleted": extra.get("deleted", "false")}
-
-
-def test_the_bucket_model_computes_siphash_24() -> None:
-    """The tests' own SipHash gives the paper's test vector (key 00..0f, message 00..0e)."""
-    assert siphash24(bytes(range(16)), bytes(range(15))) == 0xA129CA6149BE45E5
-    assert siphash24(bytes(range(16)), b"") == 0x726FDB47DD0E0E31
 
 
 def test_request_order_and_repeated_keys(stub, configuration, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -206,8 +199,10 @@ def _big_csv(path: Path, ids: np.ndarray, value: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("configuration", ["local"], indirect=True)
-def test_cost_follows_the_change_on_a_million_rows(stub, configuration, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_cost_follows_a_clustered_change_on_a_million_rows(stub, configuration, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Keys that grow: appending new keys rewrites no file, and updating or deleting recent keys rewrites only the
+    files holding them; the files stay sorted, non-overlapping ranges of about the target size."""
+    configuration = {**configuration, "target_file_size": "512KiB"}
     t = table("big", [("id", "LONG", True), ("v", "STRING"), *SYS])
     create(stub, configuration, "cost", t)
 
@@ -222,25 +217,37 @@ def test_cost_follows_the_change_on_a_million_rows(stub, configuration, tmp_path
     store = TableStore(open_storage(spec_of(configuration)))
     loaded = store.load("cost", "big")
     assert loaded is not None and loaded.rows == 1_000_000
+    assert len(loaded.files) >= 8, "a million rows at a 512 KiB target are several files"
+    assert all(f.bytes < 2 * 512 * 1024 for f in loaded.files)
+    _assert_ranges_apart(loaded.files)
     names = {f.name for f in loaded.files}
 
-    send(replace=_big_csv(tmp_path / "new.csv.zstd.aes", np.arange(2_000_000, 2_001_000), "new"))
+    send(replace=_big_csv(tmp_path / "new.csv.zstd.aes", np.arange(1_000_000, 1_010_000), "new"))
     added = store.load("cost", "big")
-    assert added is not None and added.rows == 1_001_000
-    assert names <= {f.name for f in added.files}, "upserting new keys rewrote existing data files"
-    assert sum(f.rows for f in added.files if f.name not in names) == 1000
+    assert added is not None and added.rows == 1_010_000
+    assert names <= {f.name for f in added.files}, "appending new keys rewrote existing data files"
+    _assert_ranges_apart(added.files)
 
-    # 1,000 existing keys that all live in two buckets: only those buckets' files are rewritten
-    in_two = np.array(list(itertools.islice((i for i in range(1_000_000)
-                                             if key_bucket(str(i), added.table.bucket_count) in (3, 11)), 1000)))
-    send(update=_big_csv(tmp_path / "upd.csv.zstd.aes", in_two, "updated"))
+    # recent keys: only the files holding them are rewritten, a small part of the table's bytes
+    recent = np.arange(990_000, 1_005_000, 15)
+    send(update=_big_csv(tmp_path / "upd.csv.zstd.aes", recent, "updated"),
+         delete=_big_csv(tmp_path / "del.csv.zstd.aes", recent[:10] + 1, "gone"))
     updated = store.load("cost", "big")
-    assert updated is not None and updated.rows == 1_001_000
-    rewritten = {f.name for f in added.files} - {f.name for f in updated.files}
-    assert rewritten and all(f.bucket in (3, 11) for f in added.files if f.name in rewritten)
-    assert {f.name for f in added.files if f.bucket not in (3, 11)} <= {f.name for f in updated.files}
-    changed = [x for x in rows_of(configuration, "cost", "big", validate=True) if x["v"] == "updated"]
-    assert sorted(x["id"] for x in changed) == sorted(in_two.tolist())
+    assert updated is not None and updated.rows == 1_010_000 - 10
+    rewritten = [f for f in added.files if f.name not in {g.name for g in updated.files}]
+    assert rewritten and sum(f.bytes for f in rewritten) <= 0.1 * sum(f.bytes for f in added.files)
+    assert all(f.last_key is not None and f.last_key[0] >= 990_000 for f in rewritten)
+    _assert_ranges_apart(updated.files)
+    got = rows_of(configuration, "cost", "big", validate=True)
+    assert sorted(x["id"] for x in got if x["v"] == "updated") == sorted(recent.tolist())
+    assert not {x["id"] for x in got} & set((recent[:10] + 1).tolist())
+
+
+def _assert_ranges_apart(files) -> None:  # type: ignore[no-untyped-def]
+    """Every file's first key ≤ its last key < the next file's first key (a LONG key)."""
+    spans = sorted((f.first_key[0], f.last_key[0]) for f in files if f.rows)
+    assert all(lo <= hi for lo, hi in spans)
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(spans)), spans
 
 
 def test_truncate_drops_and_keeps_whole_files_by_their_statistics(stub, configuration, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -287,18 +294,72 @@ def test_truncate_compares_exact_milliseconds_far_from_1970(stub, configuration,
     assert sorted(x["id"] for x in rows_of(configuration, "far", "far")) == [2, 3]
 
 
-def test_files_travel_with_the_plan_for_executors_elsewhere(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from destination.table_model import TableDef
-    from destination.write.batches import plan_batch
-    from spark_jobs.operations import file_operations
 
-    path = write_csv(tmp_path / "shipped.csv.zstd.aes", ["id", "v", "n", "_fivetran_synced", "_fivetran_deleted"],
-                     [r(i, f"v{i}") for i in range(10)], KEY)
-    plan = plan_batch({"replace": [str(path)]}, {str(path): KEY}, FMT, ship_bytes=True)
-    same = plan_batch({"replace": [str(path)]}, {str(path): KEY}, FMT)
-    assert plan.batch_id == same.batch_id and same.files[0].data is None
-    path.unlink()  # an executor on another machine cannot read the server's disk
-    definition = TableDef("t", (ColumnDef("id", "INT", True), ColumnDef("v", "STRING"), ColumnDef("n", "LONG"),
-                                ColumnDef("_fivetran_synced", "UTC_DATETIME"), ColumnDef("_fivetran_deleted", "BOOLEAN")))
-    ops = file_operations(definition, plan.files[0], FMT)
-    assert ops.rows == 10
+
+def _legacy_table(configuration, t, rows_per_bucket):  # type: ignore[no-untyped-def]
+    """A table as versions before key ranges wrote it: placement by 16 key-hash buckets (no placement field in
+    `_table.json`), each bucket's file holding keys from all over the key space, in no order."""
+    import json
+
+    from destination.rpc.proto_convert import table_from_proto
+    from destination.table_model import HASH_BUCKETS
+    from destination.table_store import records
+    from destination.table_store.datafiles import align, write_data_file
+    from destination.table_store.store import PendingVersion
+
+    store = TableStore(open_storage(spec_of(configuration)))
+    table_def = table_from_proto(t)
+    legacy = TableDef(table_def.name, table_def.columns, placement=HASH_BUCKETS)
+
+    def produce(base, target):  # type: ignore[no-untyped-def]
+        files = []
+        for bucket, ids in enumerate(rows_per_bucket):
+            rows = pa.table({"id": pa.array(ids, pa.int64()), "v": [f"old {i}" for i in ids],
+                             "_fivetran_synced": pa.array(np.full(len(ids), 1_700_000_000_000_000), pa.timestamp("us", tz="UTC")),
+                             "_fivetran_deleted": pa.array(np.zeros(len(ids), dtype=bool))})
+            files.append(write_data_file(store.storage, target.directory, f"b{bucket:04d}-legacy.parquet",
+                                         align(rows, legacy), legacy, bucket))
+        return PendingVersion(legacy, files, [], {"kind": "write_batch"})
+    store.write("old", t.name, produce)
+    current = store.load("old", t.name)
+    raw = json.loads(store.storage.read_bytes(f"{current.directory}/{records.TABLE_JSON}"))  # type: ignore[union-attr]
+    raw["table"].pop("placement")  # exactly what an older version wrote
+    raw["table"]["bucket_count"] = 16
+    store.storage.write_bytes(f"{current.directory}/{records.TABLE_JSON}", json.dumps(raw).encode())
+    assert not store.load("old", t.name).table.in_key_ranges  # type: ignore[union-attr]
+    return store
+
+
+def test_a_table_in_key_hash_buckets_is_placed_in_key_ranges_by_its_first_write(stub, configuration, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    t = table("legacy", [("id", "LONG", True), ("v", "STRING"), *SYS])
+    rng = np.random.default_rng(7)
+    ids = rng.permutation(3000)
+    store = _legacy_table(configuration, t, [ids[i::3].tolist() for i in range(3)])
+    before = store.load("old", "legacy")
+    assert before is not None and before.rows == 3000
+    write(stub, configuration, "old", t, tmp_path, update=[r(5, "new five")], replace=[r(5000, "new")])
+    after = store.load("old", "legacy")
+    assert after is not None and after.table.in_key_ranges and after.version == before.version + 2
+    spans = sorted((f.first_key[0], f.last_key[0]) for f in after.files)
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(spans)), "files no longer overlap"
+    got = {x["id"]: x["v"] for x in rows_of(configuration, "old", "legacy")}
+    assert len(got) == 3001 and got[5] == "new five" and got[5000] == "new" and got[2999] == "old 2999"
+
+
+def test_many_small_syncs_are_compacted_into_files_near_the_target(stub, configuration, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    configuration = {**configuration, "target_file_size": "64KiB"}
+    t = table("small", [("id", "LONG", True), ("v", "STRING"), *SYS])
+    create(stub, configuration, "many", t)
+    store = TableStore(open_storage(spec_of(configuration)))
+    counts = []
+    for sync in range(24):  # each sync appends new keys: one small file each, unless compaction folds them
+        write(stub, configuration, "many", t, tmp_path,
+              replace=[r(sync * 500 + i, f"text of row {sync * 500 + i} " * 3) for i in range(500)])
+        counts.append(len(store.load("many", "small").files))  # type: ignore[union-attr]
+    current = store.load("many", "small")
+    assert current is not None and current.rows == 24 * 500
+    assert max(counts) < 24 // 2 and counts[-1] < 24 // 2, counts
+    assert sum(f.bytes < 64 * 1024 // 2 for f in current.files) < 4 + 2, [f.bytes for f in current.files]
+    spans = sorted((f.first_key[0], f.last_key[0]) for f in current.files)
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(spans))
+    assert sorted(x["id"] for x in rows_of(configuration, "many", "small")) == list(range(24 * 500))

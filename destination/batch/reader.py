@@ -67,9 +67,10 @@ class DecodedBatch:
 
 
 def iter_batch_file(path: str, columns: list[ColumnDef], fmt: FileFormat, key: bytes | None,
-                    required: list[str], data: bytes | None = None) -> Iterator[DecodedBatch]:
-    """Yield typed blocks of one batch file (read from `data` when given); raises BadBatchFile naming the file."""
-    stream = open_plaintext(path, key=key, encrypted=fmt.encrypted, compression=fmt.compression, data=data)
+                    required: list[str], source: BinaryIO | None = None) -> Iterator[DecodedBatch]:
+    """Yield typed blocks of one batch file (read from `source`, its bytes as sent, when given: e.g. a copy staged
+    in the table's storage); raises BadBatchFile naming the file."""
+    stream = open_plaintext(path, key=key, encrypted=fmt.encrypted, compression=fmt.compression, source=source)
     try:
         if fmt.kind == "parquet":
             yield from _iter_parquet(path, stream, columns, fmt, required)

@@ -29,12 +29,12 @@ class AesCbcReader(io.RawIOBase):
 
     def __init__(self, raw: BinaryIO, key: bytes, path: str) -> None:
         super().__init__()
+        self._raw, self._path = raw, path
         if len(key) != 32:
             raise BadBatchFile(path, f"the AES key must be 32 bytes, got {len(key)}")
         iv = raw.read(16)
         if len(iv) != 16:
             raise BadBatchFile(path, "file is shorter than the 16-byte AES initialization vector (truncated?)")
-        self._raw, self._path = raw, path
         self._decryptor = Cipher(algorithms.AES(key), modes.CBC(iv)).decryptor()
         self._hold = b""  # the last decrypted block, held back until we know it is not the final one
         self._out = b""
@@ -43,6 +43,11 @@ class AesCbcReader(io.RawIOBase):
 
     def readable(self) -> bool:
         return True
+
+    def close(self) -> None:  # the encrypted stream is this reader's: a staged copy's holds a connection
+        if not self.closed:
+            self._raw.close()
+        super().close()
 
     def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
         while not self._out and not self._eof:
@@ -70,14 +75,15 @@ class AesCbcReader(io.RawIOBase):
 
 
 def open_plaintext(path: str, *, key: bytes | None, encrypted: bool, compression: str,
-                   data: bytes | None = None) -> BinaryIO:
-    """Open a batch file (or `data`, its bytes read elsewhere) and return a buffered stream of its plaintext.
+                   source: BinaryIO | None = None) -> BinaryIO:
+    """Open a batch file (or read `source`, its bytes opened elsewhere; the stream returned closes it) and return
+    a buffered stream of its plaintext.
 
     compression is "OFF", "ZSTD" or "GZIP"; the first bytes are checked against
     the magic numbers so a plain file declared compressed (or the reverse) still reads.
     """
     try:
-        raw: BinaryIO = io.BytesIO(data) if data is not None else open(path, "rb")
+        raw: BinaryIO = source if source is not None else open(path, "rb")
     except FileNotFoundError:
         raise BadBatchFile(path, "file not found") from None
     except OSError as exc:
@@ -88,7 +94,7 @@ def open_plaintext(path: str, *, key: bytes | None, encrypted: bool, compression
             raise BadBatchFile(path, "no key for this file in the request's `keys`")
         stream: io.BufferedReader[Any] = io.BufferedReader(AesCbcReader(raw, key, path), CHUNK)
     else:
-        # peek() below needs a buffered reader: a file opened "rb" is one, the bytes of `data` are not
+        # peek() below needs a buffered reader: a file opened "rb" is one, a `source` may not be
         stream = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(cast(io.RawIOBase, raw), CHUNK)
     head = stream.peek(4)[:4]
     if head.startswith(ZSTD_MAGIC):

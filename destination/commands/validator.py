@@ -23,11 +23,16 @@ import time
 from importlib import resources
 from typing import Any
 
+import numpy as np
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from destination.key_order import count_bounds_below, first_and_last, key_columns_of, keys_from_json, sort_keys
+from destination.placement import in_key_order
 from destination.storage.base import Storage
+from destination.table_model import TableDef
 from destination.table_store import layout, records
-from destination.table_store.datafiles import DataFile
+from destination.table_store.datafiles import DataFile, read_data_file
 from destination.table_store.locations import file_dir
 from destination.table_store.options import Retention
 from destination.table_store.store import TableStore
@@ -270,6 +275,40 @@ def _check_table_files(storage: Storage, directory: str, n: int) -> list[str]:
             continue
         if rows != entry.get("rows"):
             problems.append(f"{records.FILES_JSON}: {name} has {rows} rows, not {entry.get('rows')}")
+    if not problems:
+        problems += _check_placement(storage, directory, TableDef.from_json(about["table"]),
+                                     [DataFile.from_json(entry) for entry in listed])
+    return problems
+
+
+def _check_placement(storage: Storage, directory: str, table: TableDef, files: list[DataFile]) -> list[str]:
+    """A table in key ranges: each file's rows in key order, its first and last key as `_files.json` says, and no
+    two files' ranges overlapping (a write routes each key to the one file whose range holds it)."""
+    if not table.in_key_ranges:
+        return []
+    problems: list[str] = []
+    for f in files:
+        if not f.rows:
+            continue
+        try:
+            stored = read_data_file(storage, file_dir(directory, f), f.name, [c.name for c in table.entity_key])
+        except Exception:  # reported as unreadable by the directory check
+            continue
+        keys = key_columns_of(stored, table)
+        order = pc.sort_indices(keys, sort_keys=sort_keys(table, with_start=False)).to_numpy()
+        if not np.array_equal(order, np.arange(len(order))):
+            problems.append(f"{f.name}: rows are not in primary-key order")
+        ends = first_and_last(keys, table, in_key_order=True)
+        if ends != (f.first_key, f.last_key):
+            problems.append(f"{records.FILES_JSON}: {f.name} says its keys run from {f.first_key} to {f.last_key}, "
+                            f"the file from {ends[0] if ends else None} to {ends[1] if ends else None}")
+    ordered = in_key_order(files, table)
+    if len(ordered) > 1:
+        lasts = keys_from_json([f.last_key for f in ordered[:-1] if f.last_key is not None], table)
+        firsts = keys_from_json([f.first_key for f in ordered[1:] if f.first_key is not None], table)
+        for i in range(len(ordered) - 1):
+            if count_bounds_below(firsts.slice(i, 1), lasts.slice(i, 1), inclusive=False)[0] == 0:  # not last < next
+                problems.append(f"{ordered[i].name} and {ordered[i + 1].name}: their key ranges overlap")
     return problems
 
 

@@ -2,8 +2,11 @@
 fields are parsed by destination.changes.settings)."""
 from __future__ import annotations
 
+import re
+
 from destination.changes.settings import FORMATS, FULL, IMAGES, OFF
 from destination.errors import UserActionRequired
+from destination.placement import TARGET_FILE_BYTES
 from destination.protocol import common
 from destination.settings import ServerOptions
 from destination.storage.base import StorageSpec
@@ -33,6 +36,12 @@ def configuration_form() -> common.ConfigurationFormResponse:
         common.FormField(name="aws_access_key_id", label="AWS access key id", required=False, text_field=text.PlainText),
         common.FormField(name="aws_secret_access_key", label="AWS secret access key", required=False,
                          text_field=text.Password),
+        common.FormField(name="target_file_size", label="Target data-file size", required=False,
+                         text_field=text.PlainText, default_value=format_size(TARGET_FILE_BYTES),
+                         description="The size data files are written at (e.g. 64MiB, 256MiB): a table is held in "
+                                     "files of about this size in key order, and a write's Spark tasks each work "
+                                     "on about one file, so smaller files mean more parallelism and less memory "
+                                     "per task, larger ones fewer files."),
         common.FormField(name="changes", label="Change files", required=False, default_value=OFF,
                          dropdown_field=common.DropdownField(dropdown_field=list(FORMATS)),
                          description="Also write the rows each version inserted, updated and deleted under "
@@ -88,6 +97,34 @@ def _looks_like_mistyped_s3(root: str) -> bool:
     """`s3:/x`, `s3//x`, `S3://x`: never meant as a local folder named `s3:`."""
     lowered = root.lower()
     return not root.startswith("s3://") and (lowered.startswith("s3:") or lowered.startswith("s3//"))
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 1000, "kib": 1 << 10, "mb": 1000 ** 2, "mib": 1 << 20, "gb": 1000 ** 3,
+               "gib": 1 << 30}
+MIN_TARGET_FILE_BYTES = 64 << 10  # smaller files cost more in per-file overhead than any task could save
+MAX_TARGET_FILE_BYTES = 4 << 30
+
+
+def format_size(size: int) -> str:
+    return f"{size >> 20}MiB" if size % (1 << 20) == 0 else f"{size >> 10}KiB" if size % 1024 == 0 else str(size)
+
+
+def target_file_bytes(configuration: dict[str, str]) -> int:
+    """The `target_file_size` field in bytes ("64MiB", "256 MB", "1GiB", a plain number of bytes); a Task names
+    a value it cannot read or one out of bounds."""
+    text = (configuration.get("target_file_size") or "").strip()
+    if not text:
+        return TARGET_FILE_BYTES
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([A-Za-z]*)", text)
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in _SIZE_UNITS:
+        raise UserActionRequired(f"configuration field 'target_file_size' is {text!r}; write a size such as 64MiB, "
+                                 "256MB or 1GiB")
+    size = int(float(match.group(1)) * _SIZE_UNITS[unit])
+    if not MIN_TARGET_FILE_BYTES <= size <= MAX_TARGET_FILE_BYTES:
+        raise UserActionRequired(f"configuration field 'target_file_size' is {text!r}; it must be between "
+                                 f"{format_size(MIN_TARGET_FILE_BYTES)} and {format_size(MAX_TARGET_FILE_BYTES)}")
+    return size
 
 
 def storage_spec(configuration: dict[str, str], options: ServerOptions) -> StorageSpec:

@@ -1,6 +1,7 @@
 """The gRPC server: IPv4 + IPv6, 128 MB messages, health and reflection, graceful SIGTERM."""
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from concurrent import futures
@@ -11,10 +12,14 @@ from grpc_reflection.v1alpha import reflection
 
 from destination import logs
 from destination.protocol import sdk, sdk_grpc
+from destination.rpc.activity import RootLister
 from destination.rpc.configuration import storage_spec
 from destination.rpc.health_monitor import HealthMonitor, check_interval, root_check, spark_check
 from destination.rpc.service import DestinationService
+from destination.rpc.status_http import StatusServer
 from destination.settings import ServerOptions
+from destination.storage.base import open_storage
+from destination.table_store.store import TableStore
 
 MAX_MESSAGE = 128 * 1024 * 1024
 SERVICE_NAME = "fivetran_sdk.v2.DestinationConnector"
@@ -53,10 +58,43 @@ def build_server(options: ServerOptions, port: int,
     return server, health_servicer, service, bound
 
 
+def start_status(options: ServerOptions, service: DestinationService,
+                 port: int) -> tuple[StatusServer, RootLister]:
+    """The HTTP port of /metrics and the status page, and the background listing of the server's root for it."""
+    try:
+        status = StatusServer(service.observer.activity, port, spark_ui_port=options.spark_ui_port)
+    except OSError as exc:
+        raise SystemExit(f"cannot listen on --metrics-port {port}: {exc.strerror or exc}; "
+                         "stop the process using it or choose another port") from None
+    lister = RootLister(TableStore(open_storage(storage_spec({}, options))), service.observer.activity,
+                        options.status_refresh)
+    status.start()
+    lister.start()
+    return status, lister
+
+
+def write_port_file(path: str | None, port: int) -> None:
+    """The gRPC port actually listened on, for the Docker HEALTHCHECK (RECORDS_DESTINATION_PORT_FILE)."""
+    if not path:
+        return
+    temporary = f"{path}.{os.getpid()}"
+    try:
+        with open(temporary, "w", encoding="ascii") as out:
+            out.write(f"{port}\n")
+        os.replace(temporary, path)
+    except OSError as exc:  # the server works without it; only a health probe without an address misses it
+        logs.warning(f"cannot write the port file {path}: {exc.strerror or exc}")
+
+
 def serve(options: ServerOptions, port: int) -> int:
+    logs.set_process_context(account_name=options.account_name, group_name=options.group_name)
     server, health_servicer, service, bound = build_server(options, port)
+    status = start_status(options, service, options.metrics_port) if options.metrics_port is not None else None
     server.start()
+    write_port_file(options.port_file, bound)
     logs.info(f"listening on port {bound} (IPv4 and IPv6); tables under {options.root}; starting Spark ({options.spark_master})")
+    if status is not None:
+        logs.info(f"metrics and status page on http://0.0.0.0:{status[0].port}/ (/metrics for Prometheus)")
     stopping = threading.Event()
     grace = options.grace_seconds  # RECORDS_DESTINATION_GRACE_SECONDS
 
@@ -76,6 +114,9 @@ def serve(options: ServerOptions, port: int) -> int:
     while not stopping.wait(0.5):
         pass
     monitor.stop()
+    if status is not None:
+        status[1].stop()
+        status[0].stop()
     server.stop(grace).wait()
     logs.info("stopped")
     return 0

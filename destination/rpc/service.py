@@ -32,7 +32,15 @@ from destination.errors import (
     scrub,
 )
 from destination.protocol import common, sdk, sdk_grpc
-from destination.rpc.configuration import TEST_SPARK, TEST_STORAGE, configuration_form, storage_spec, unknown_fields_message
+from destination.rpc.configuration import (
+    TEST_SPARK,
+    TEST_STORAGE,
+    configuration_form,
+    storage_spec,
+    target_file_bytes,
+    unknown_fields_message,
+)
+from destination.rpc.observe import Observer, result_of
 from destination.rpc.proto_convert import file_format, table_from_proto, table_to_proto
 from destination.settings import ServerOptions
 from destination.storage.base import StorageSpec, open_storage
@@ -40,11 +48,13 @@ from destination.storage.s3 import transient_error
 from destination.table_model import DELETED
 from destination.table_store.options import StoreOptions, store_options
 from destination.table_store.store import AlreadyApplied, TableLocks, TableStore
-from destination.write.batches import WRITE_BATCH, WRITE_HISTORY_BATCH, check_mode, files_format, plan_batch, ships_bytes
+from destination.write.batches import WRITE_BATCH, WRITE_HISTORY_BATCH, check_mode, files_format, plan_batch
 from destination.write.copies import SparkCopies
 from destination.write.migrations import migrate, migration_target
+from destination.write.progress import current as current_work
 from destination.write.session import get_session, trivial_job
-from destination.write.write_path import WritePath
+from destination.write.staging import staged_for_executors
+from destination.write.write_path import PlacementSettings, WritePath
 
 TARGET_LOCK_SECONDS = 600.0
 
@@ -75,11 +85,13 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         self._stores: dict[tuple[StorageSpec, StoreOptions], TableStore] = {}
         self._stores_lock = threading.Lock()
         self._warned_configurations: set[str] = set()
+        self.observer = Observer(options)
 
     # ---- plumbing ----------------------------------------------------------------------
 
     def spark(self) -> Any:
-        return get_session(self.options.spark_master, self.options.driver_memory, self.options.spark_event_log)
+        return get_session(self.options.spark_master, self.options.driver_memory, self.options.spark_event_log,
+                           self.options.spark_ui_port)
 
     def backend(self, configuration: Any) -> Backend:
         """The store of the configuration's root (one per root, kept) and a writer with its change settings."""
@@ -92,8 +104,16 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
             store = self._stores.get((spec, stored))
             if store is None:
                 store = self._stores[(spec, stored)] = TableStore(
-                    open_storage(spec), stored.retention, layout=stored.layout, copies=SparkCopies(self.spark))
-        return Backend(store, WritePath(store, self.spark, changes, self.options.small_request_bytes))
+                    open_storage(spec), stored.retention, observer=self.observer.commit_observer(spec.root),
+                    layout=stored.layout, copies=SparkCopies(self.spark))
+        placement = PlacementSettings(target_file_bytes=target_file_bytes(config), scratch=self._scratch())
+        return Backend(store, WritePath(store, self.spark, changes, self.options.small_request_bytes, placement))
+
+    def _scratch(self) -> StorageSpec | None:
+        """Sorted runs go to a local directory when the executors are local; else to the table's storage."""
+        if not self.options.spark_master.startswith("local"):
+            return None
+        return StorageSpec(root=self.options.scratch_dir, s3_retry_attempts=self.options.s3_retry_attempts)
 
     def _warn_unknown_fields(self, config: dict[str, str]) -> None:
         """Once per distinct set of unknown fields: every request carries the configuration."""
@@ -149,6 +169,13 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
             @functools.wraps(method)
             def run(self: DestinationService, request: Any, context: grpc.ServicerContext) -> Any:
                 schema, table = table_of(request)
+                with self.observer.request(name, schema, table) as work:
+                    answer = handle(self, request, context, schema, table)
+                    work.result = result_of(answer)
+                    return answer
+
+            def handle(self: DestinationService, request: Any, context: grpc.ServicerContext, schema: str,
+                       table: str) -> Any:
                 label = f"[{name}] {schema}.{table}"
                 started = time.monotonic()
                 try:
@@ -218,12 +245,23 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         current = check_mode(backend.store.load(schema, table), rpc)
         backend.writer.ensure_columns(schema, current, list(table_from_proto(request.table).columns))
         fmt = files_format(files, file_format(request.file_params), self.options.batch_file_format)
-        plan = plan_batch(files, dict(request.keys), fmt, ships_bytes(self.options.spark_master))
+        plan = plan_batch(files, dict(request.keys), fmt)
+        work = current_work()
+        if work is not None:
+            self.observer.batch(rpc, work, plan)
+        started = time.perf_counter()
         try:
-            outcome = backend.writer.write_batch(schema, table, plan, rpc)
+            with staged_for_executors(plan, backend.store.storage, self.options.spark_master) as staged_plan:
+                staging_seconds = time.perf_counter() - started
+                outcome = backend.writer.write_batch(schema, table, staged_plan, rpc)
         except AlreadyApplied as done:
+            self.observer.retried()
             return (sdk.WriteBatchResponse(success=True),
                     f"{len(plan.files)} files already applied in version {done.version} (retried request)")
+        if staged_plan is not plan:  # files staged for a cluster's executors: the copy's time is the write's too
+            outcome.timings["staging"] = staging_seconds
+        if work is not None:
+            self.observer.written(rpc, work, current.table, outcome)
         for failure, count in sorted(outcome.failures_by_column.items()):
             logs.warning(f"[{rpc}] {schema}.{table}: {failure_summary(failure, count)}")
         return sdk.WriteBatchResponse(success=True), (f"{outcome.rows} rows from {len(plan.files)} files: "

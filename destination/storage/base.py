@@ -9,6 +9,7 @@ a StorageError names the path and the cause, never the credentials.
 """
 from __future__ import annotations
 
+import io
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +22,7 @@ import pyarrow.fs as pafs
 from destination.errors import DestinationError, StorageError, scrub
 
 S3_RETRY_ATTEMPTS = 6  # attempts per S3 call, the first included
+STREAM_BUFFER = 8 << 20  # a sequential reader fetches this much per request (S3: one ranged GET)
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,11 @@ class Storage(ABC):
         with self.translated("read", path), self.arrow_fs.open_input_file(self.arrow_path(path)) as source:
             yield source
 
+    def open_stream(self, path: str) -> io.RawIOBase:
+        """A sequential reader of the object at `path`, for a caller that reads it once from start to end and
+        closes it. Its errors are the contract's, opening and reading alike (FileNotFoundError, StorageError)."""
+        return _ObjectReader(self, path)
+
     @contextmanager
     def translated(self, action: str, path: str) -> Iterator[None]:
         """Within the block, an OSError of the storage library (pyarrow's, the operating system's) becomes the
@@ -132,6 +139,28 @@ class Storage(ABC):
     def library_error(self, action: str, path: str, exc: OSError) -> DestinationError:
         """The contract's error for an OSError of the storage library: a StorageError naming the object."""
         return StorageError(f"{action} of {self.url(path)} failed: {reason(exc)}")
+
+
+class _ObjectReader(io.RawIOBase):
+    """Storage.open_stream: pyarrow's buffered input stream, with every library error translated."""
+
+    def __init__(self, storage: Storage, path: str) -> None:
+        super().__init__()
+        self._storage, self._path = storage, path
+        with storage.translated("read", path):
+            self._source = storage.arrow_fs.open_input_stream(storage.arrow_path(path), buffer_size=STREAM_BUFFER)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        with self._storage.translated("read", self._path):
+            return int(self._source.readinto(buffer))
+
+    def close(self) -> None:
+        if not self.closed:
+            self._source.close()
+        super().close()
 
 
 def open_storage(spec: StorageSpec) -> Storage:

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import decimal
 import math
-from contextlib import ExitStack
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -15,6 +14,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from destination.key_order import first_and_last
+from destination.keys import key_tokens, run_starts
 from destination.storage.base import Storage
 from destination.table_model import SYNCED, ColumnDef, TableDef
 from destination.table_store.layout import data_file_name
@@ -40,6 +41,10 @@ class DataFile:
     min_synced: int | None = None
     max_synced: int | None = None
     key_range: dict[str, list[Any]] | None = None  # per key column: [min, max] in its comparable form (KeyRange)
+    # the file's first and last entity key in key order (destination.key_order): files of a table placed in key
+    # ranges never overlap, so these route a key to the one file that can hold it
+    first_key: list[Any] | None = None
+    last_key: list[Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -134,17 +139,76 @@ def may_hold(ops: pa.Table, key_range: dict[str, list[Any]] | None, table_def: T
     return bool(pc.any(pc.fill_null(inside, True)).as_py())  # NULL (keyless tables): unknown, so read the file
 
 
+def statistics(table: pa.Table, table_def: TableDef, *, name: str, size: int, bucket: int | None,
+               in_key_order: bool = False) -> DataFile:
+    """The `_files.json` entry of a data file holding `table` (`in_key_order`: its rows are sorted already)."""
+    lo, hi = synced_range(table)
+    ends = first_and_last(table, table_def, in_key_order)
+    return DataFile(name=name, rows=table.num_rows, bytes=size, bucket=bucket, min_synced=lo, max_synced=hi,
+                    key_range=key_range(table, table_def), first_key=ends[0] if ends else None,
+                    last_key=ends[1] if ends else None)
+
+
 def write_data_file(storage: Storage, directory: str, name: str, table: pa.Table, table_def: TableDef,
-                    bucket: int | None) -> DataFile:
-    """Write `table` (already in the file schema) as one Parquet file and return its statistics."""
+                    bucket: int | None, in_key_order: bool = False) -> DataFile:
+    """Write `table` as one Parquet file (in the file schema) and return its statistics."""
     schema = arrow_schema(table_def.columns)
     table = table.select(schema.names).cast(schema)
     path = f"{directory}/{name}"
     with storage.open_output(path) as sink:
         pq.write_table(table, sink, row_group_size=ROW_GROUP_ROWS, **WRITE_OPTIONS)
-    lo, hi = synced_range(table)
-    return DataFile(name=name, rows=table.num_rows, bytes=storage.size(path), bucket=bucket, min_synced=lo, max_synced=hi,
-                    key_range=key_range(table, table_def))
+    return statistics(table, table_def, name=name, size=storage.size(path), bucket=bucket, in_key_order=in_key_order)
+
+
+def write_sorted_files(storage: Storage, directory: str, rows: pa.Table, table_def: TableDef,
+                       target_bytes: int) -> list[DataFile]:
+    """Rows already in key order, written as consecutive files of about `target_bytes` each: row groups are
+    appended to a file until its size reaches the target. A file never ends inside a run of one entity key (a
+    history table's versions of a row stay together), and a tail shorter than a row group joins the last file."""
+    schema = arrow_schema(table_def.columns)
+    rows = rows.select(schema.names).cast(schema)
+    n = rows.num_rows
+    if not n:
+        return []
+    # a guess of the rows per file from the decoded size (Parquet is usually 2-5x smaller); the measured size of
+    # the file being written decides where it ends
+    per_row = max(1.0, rows.nbytes / n / 3)
+    group = int(max(1, min(ROW_GROUP_ROWS, target_bytes / per_row / 4)))
+    starts = _entity_starts(rows, table_def)
+    files: list[DataFile] = []
+    begin = 0
+    while begin < n:
+        name = data_file_name("part")
+        path = f"{directory}/{name}"
+        end = begin
+        with storage.open_output(path) as sink, pq.ParquetWriter(sink, schema, **WRITE_OPTIONS) as writer:
+            while end < n:
+                stop = _next_start(starts, end + group, n)
+                if n - stop < group:  # too short for a file or row group of its own
+                    stop = n
+                writer.write_table(rows.slice(end, stop - end), row_group_size=stop - end)
+                end = stop
+                if sink.tell() >= target_bytes:
+                    break
+        part = rows.slice(begin, end - begin)
+        files.append(statistics(part, table_def, name=name, size=storage.size(path), bucket=None, in_key_order=True))
+        begin = end
+    return files
+
+
+def _entity_starts(rows: pa.Table, table_def: TableDef) -> np.ndarray | None:
+    """Row positions where a new entity key begins, for tables whose key repeats (history); None: every row."""
+    if not table_def.is_history:
+        return None
+    return np.flatnonzero(run_starts(key_tokens(rows, table_def.entity_key)))
+
+
+def _next_start(starts: np.ndarray | None, position: int, n: int) -> int:
+    """The first entity start at or after `position`; `n` (the end) when the last entity runs past it."""
+    if starts is None or position >= n:
+        return min(position, n)
+    i = int(np.searchsorted(starts, position))
+    return int(starts[i]) if i < len(starts) else n
 
 
 def read_data_file(storage: Storage, directory: str, name: str, columns: list[str] | None = None) -> pa.Table:
@@ -166,64 +230,3 @@ def align(table: pa.Table, table_def: TableDef) -> pa.Table:
         else:
             arrays.append(pa.nulls(table.num_rows, f.type))
     return pa.Table.from_arrays(arrays, schema=schema)
-
-
-class BucketFiles:
-    """One data file per bucket, written in row groups as rows arrive (a load task's output). Buffers are
-    flushed together once they hold `flush_rows` rows, which bounds the task's memory."""
-
-    def __init__(self, storage: Storage, directory: str, table_def: TableDef, flush_rows: int = 400_000) -> None:
-        self.storage, self.directory, self.table_def = storage, directory, table_def
-        self.schema = arrow_schema(table_def.columns)
-        self.flush_rows = flush_rows
-        self._buffers: dict[int, list[pa.Table]] = {}
-        self._buffered = 0
-        self._sinks = ExitStack()  # the open output streams, closed by close()
-        self._writers: dict[int, pq.ParquetWriter] = {}
-        self._stats: dict[int, DataFile] = {}
-
-    def add(self, bucket: int, rows: pa.Table) -> None:
-        if not rows.num_rows:
-            return
-        if not rows.schema.equals(self.schema):
-            rows = rows.select(self.schema.names).cast(self.schema)
-        self._buffers.setdefault(bucket, []).append(rows)
-        self._buffered += rows.num_rows
-        if self._buffered >= self.flush_rows:
-            self.flush()
-
-    def flush(self) -> None:
-        with self.storage.translated("write", self.directory):
-            self._flush()
-
-    def _flush(self) -> None:
-        for bucket, parts in self._buffers.items():
-            table = pa.concat_tables(parts)
-            if bucket not in self._writers:
-                name = data_file_name(bucket)
-                sink = self._sinks.enter_context(self.storage.open_output(f"{self.directory}/{name}"))
-                self._writers[bucket] = pq.ParquetWriter(sink, self.schema, **WRITE_OPTIONS)
-                self._stats[bucket] = DataFile(name=name, rows=0, bytes=0, bucket=bucket)
-            self._writers[bucket].write_table(table, row_group_size=ROW_GROUP_ROWS)
-            lo, hi = synced_range(table)
-            seen = self._stats[bucket]
-            rows = key_range(table, self.table_def)
-            self._stats[bucket] = replace(
-                seen, rows=seen.rows + table.num_rows, min_synced=_extreme(min, seen.min_synced, lo),
-                max_synced=_extreme(max, seen.max_synced, hi),
-                key_range=rows if not seen.rows else union_range(seen.key_range, rows, self.table_def))
-        self._buffers.clear()
-        self._buffered = 0
-
-    def close(self) -> list[DataFile]:
-        self.flush()
-        with self.storage.translated("write", self.directory):
-            for writer in self._writers.values():
-                writer.close()
-            self._sinks.close()
-        return [replace(stats, bytes=self.storage.size(f"{self.directory}/{stats.name}"))
-                for stats in self._stats.values()]
-
-
-def _extreme(pick: Any, a: int | None, b: int | None) -> int | None:
-    return b if a is None else a if b is None else pick(a, b)

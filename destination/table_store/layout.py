@@ -91,7 +91,7 @@ def latest_path(prefix: str) -> str:
     return f"{prefix}/_latest"
 
 
-def data_file_name(bucket: int | None, extension: str = "parquet") -> str:
-    """Fresh, never reused names; the bucket is visible in the name for humans."""
-    tag = f"b{bucket:04d}" if bucket is not None else "empty"
+def data_file_name(bucket: int | str | None, extension: str = "parquet") -> str:
+    """Fresh, never reused names; a tag for humans: `part` (key ranges), the key-hash bucket, or `empty`."""
+    tag = bucket if isinstance(bucket, str) else f"b{bucket:04d}" if bucket is not None else "empty"
     return f"{tag}-{uuid.uuid4().hex}.{extension}"

@@ -154,6 +154,19 @@ class PendingVersion:
     changes: ChangeSet | None = None
 
 
+@dataclass(frozen=True)
+class CommitEvent:
+    """What one write of a table did, for metrics and the status page (`TableStore(observer=…)`)."""
+
+    schema: str
+    table: str
+    committed: TableVersion | None  # None: gave up after commit conflicts
+    new_files: tuple[DataFile, ...] = ()  # written for this version (its files not carried from the base)
+    rewritten: int = 0  # base files replaced (not carried)
+    attempts: int = 1
+    conflicts: int = 0
+
+
 class AlreadyApplied(Exception):
     """The batch being written was committed earlier (a retried request)."""
 
@@ -164,7 +177,8 @@ class AlreadyApplied(Exception):
 
 class TableStore:
     def __init__(self, storage: Storage, retention: Retention | None = None, fault: FaultHook | None = None,
-                 claim_lease_seconds: float = CLAIM_LEASE_SECONDS, *, layout: str = COMPLETE,
+                 claim_lease_seconds: float = CLAIM_LEASE_SECONDS,
+                 observer: Callable[[CommitEvent], None] | None = None, *, layout: str = COMPLETE,
                  copies: Copies | None = None) -> None:
         """`layout`: how new versions hold their unchanged files (destination/table_store/options.py); every
         version is read whichever layout wrote it. `copies`: how a large S3 carry-forward is fanned out (None:
@@ -172,6 +186,7 @@ class TableStore:
         if layout not in LAYOUTS:
             raise ValueError(f"unknown layout {layout!r}")
         self.storage = storage
+        self._observer = observer or (lambda event: None)
         self.retention = retention or Retention()
         self.layout = layout
         self._copies = copies
@@ -371,7 +386,13 @@ class TableStore:
                 self._abandon(prefix, target, claim)
                 raise
             self._finish(prefix, committed)
+            carried = {f.name for f in pending.carried}
+            written = tuple(f for f in committed.files if f.name not in carried)
+            self._observer(CommitEvent(schema, table, committed, written,
+                                       sum(1 for f in base.files if f.name not in carried) if base else 0,
+                                       len(conflicts) + 1, len(conflicts)))
             return committed
+        self._observer(CommitEvent(schema, table, None, attempts=len(conflicts), conflicts=len(conflicts)))
         raise CommitConflict(f"{prefix!r}: gave up after {len(conflicts)} commit conflicts (last: {conflicts[-1]})")
 
     def drop(self, schema: str, table: str) -> None:

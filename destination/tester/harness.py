@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from destination.protocol import common, sdk, sdk_grpc
 from destination.table_model import ACTIVE, DELETED, END, FIVETRAN_ID, START, SYNCED
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING, csv_bytes, parquet_bytes, seal
+from destination.tester.progress import CallProgress
 from destination.tester.values import TMAX, instant, minus_one_ms, parse_instant, text_of
 
 MAX_MESSAGE = 128 * 1024 * 1024
@@ -105,7 +107,8 @@ class PathMap:
 
 class Harness:
     def __init__(self, address: str, schema: str, configuration: dict[str, str], plain_text: bool,
-                 batch_file_type: str, workdir: Path, paths: PathMap | None = None) -> None:
+                 batch_file_type: str, workdir: Path, paths: PathMap | None = None,
+                 progress: CallProgress | None = None) -> None:
         self.channel = grpc.insecure_channel(address, options=[("grpc.max_send_message_length", MAX_MESSAGE),
                                                                 ("grpc.max_receive_message_length", MAX_MESSAGE)])
         self.stub = sdk_grpc.DestinationConnectorStub(self.channel)
@@ -121,6 +124,7 @@ class Harness:
         self.last_ms = 0
         self.rng = random.Random(7)
         self.stem = "input"
+        self.progress = progress
 
     # ---- output -----------------------------------------------------------------------------
 
@@ -132,7 +136,11 @@ class Harness:
 
     def _answer(self, rpc: str, target: str, call: Any, request: Any) -> Any:
         try:
-            response = call(request, timeout=3600)
+            if self.progress is None:
+                response = call(request, timeout=3600)
+            else:
+                with self.progress.call(rpc, target):
+                    response = call(request, timeout=3600)
         except grpc.RpcError as exc:
             self.report(rpc, target, f"gRPC {exc.code().name}: {exc.details()}", False)
             return None
@@ -354,7 +362,7 @@ class TesterInputError(Exception):
 
 def run_tester(input_path: str, *, address: str, schema: str, plain_text: bool, batch_file_type: str,
                configuration_file: str | None = None, batch_dir: str | None = None,
-               server_batch_dir: str | None = None, connect_timeout: float = 10.0) -> int:
+               server_batch_dir: str | None = None, connect_timeout: float = 10.0, status_url: str | None = None) -> int:
     try:
         files = input_files(Path(input_path))
         configuration = read_configuration(Path(input_path), configuration_file)
@@ -363,7 +371,8 @@ def run_tester(input_path: str, *, address: str, schema: str, plain_text: bool, 
         return 2
     with batch_workdir(batch_dir) as workdir:
         paths = batch_path_map(workdir, batch_dir, server_batch_dir)
-        harness = Harness(address, schema, configuration, plain_text, batch_file_type, workdir, paths)
+        progress = CallProgress(sys.stdout, sys.stdout.isatty(), status_url, schema)
+        harness = Harness(address, schema, configuration, plain_text, batch_file_type, workdir, paths, progress)
         try:
             grpc.channel_ready_future(harness.channel).result(timeout=connect_timeout)
         except grpc.FutureTimeoutError:

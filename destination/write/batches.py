@@ -2,8 +2,8 @@
 
 Rules: the table exists and is in the RPC's mode (merging a request with the other mode's rules would corrupt
 it silently); columns the request's definition adds are added first (fivetran-protocol §10.10); the files'
-format is the server's, unless a file is named `*.parquet`; with a Spark master other than local, the files'
-bytes travel with the job (executors elsewhere cannot read this machine's disk).
+format is the server's, unless a file is named `*.parquet`. (With a Spark master other than local, the files
+are staged where the executors can read them: destination/write/staging.py.)
 
 Plan: the files in request order and the request's digest (over their raw bytes: no decryption needed), which
 identifies a retried request.
@@ -56,38 +56,27 @@ def files_format(files: dict[str, list[str]], fmt: FileFormat, server_format: st
     return replace(fmt, kind="parquet" if named_parquet else server_format)
 
 
-def ships_bytes(spark_master: str) -> bool:
-    """Executors of a Spark cluster cannot read this machine's disk: the files' bytes travel with the job."""
-    return not spark_master.startswith("local")
-
-
-def plan_batch(files: dict[str, list[str]], keys: dict[str, bytes], fmt: FileFormat,
-               ship_bytes: bool = False) -> BatchPlan:
-    """The request's files in order, and its digest. With `ship_bytes` the files' bytes travel with the plan."""
+def plan_batch(files: dict[str, list[str]], keys: dict[str, bytes], fmt: FileFormat) -> BatchPlan:
+    """The request's files in order, and its digest."""
     digest = hashlib.sha256()
     refs: list[BatchFileRef] = []
     total = 0
     for kind in FILE_KINDS:
         for path in files.get(kind, []):
             digest.update(f"{kind}\x00{os.path.basename(path)}\x00".encode())
-            size, data = _digest_file(path, digest, ship_bytes)
-            total += size
-            refs.append(BatchFileRef(kind=kind, path=path, key=keys.get(path), position=len(refs), data=data))
+            total += _digest_file(path, digest)
+            refs.append(BatchFileRef(kind=kind, path=path, key=keys.get(path), position=len(refs)))
     return BatchPlan(files=tuple(refs), fmt=fmt, batch_id=digest.hexdigest(), total_bytes=total)
 
 
-def _digest_file(path: str, digest: hashlib._Hash, keep: bool) -> tuple[int, bytes | None]:
-    """Add the file's bytes to `digest`; (its size, its bytes when `keep`). BadBatchFile when it cannot be read."""
+def _digest_file(path: str, digest: hashlib._Hash) -> int:
+    """Add the file's bytes to `digest`; its size. BadBatchFile when it cannot be read."""
     try:
         size = os.path.getsize(path)
         with open(path, "rb") as fh:
-            if keep:
-                data = fh.read()
-                digest.update(data)
-                return size, data
             while chunk := fh.read(READ_SIZE):
                 digest.update(chunk)
-            return size, None
+            return size
     except FileNotFoundError as exc:
         raise BadBatchFile(path, "file not found") from exc
     except OSError as exc:

@@ -4,7 +4,7 @@
 Each commits one new version as one Spark job (row transforms in spark_jobs/history_migrations.py), and
 each is safe to retry: a mode migration that finds the table already in the target mode is done; a
 column step records history once per operation timestamp; a copy replaces a target left by an earlier try.
-The entity key (the key without `_fivetran_start`) is the same in both modes, so rows keep their buckets.
+The entity key (the key without `_fivetran_start`) is the same in both modes, so rows keep their places.
 """
 from __future__ import annotations
 
@@ -146,11 +146,12 @@ def history_to_soft_delete(writer: WritePath, schema: str, table: str, deleted_c
     new = soft_delete_definition(current.table, deleted_column)
 
     def units(base: TableVersion) -> list[LatestVersionsUnit]:
-        by_bucket: dict[int, list[DataFile]] = {}
-        for f in base.files:
-            if f.rows and f.bucket is not None:
-                by_bucket.setdefault(f.bucket, []).append(f)
+        # every version of a key is in one file (key ranges) or in one bucket's files (key-hash buckets)
+        by_unit: dict[int, list[DataFile]] = {}
+        for i, f in enumerate(base.files):
+            if f.rows:
+                by_unit.setdefault(i if base.table.in_key_ranges or f.bucket is None else f.bucket, []).append(f)
         return [LatestVersionsUnit(bucket=b, files=tuple(fs), old_table=base.table, deleted_column=deleted_column,
-                                   keep_deleted_rows=keep_deleted_rows) for b, fs in sorted(by_bucket.items())]
+                                   keep_deleted_rows=keep_deleted_rows) for b, fs in sorted(by_unit.items())]
     committed = writer.transform(schema, table, new, "history_to_soft_delete", latest_versions_task, units)
     return f"migrated to soft-delete mode: version {committed.version if committed else current.version}"

@@ -26,6 +26,7 @@ from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from destination.errors import DestinationError, SparkUnavailable
+from destination.write import metrics, progress
 from destination.write.session import discard_if_dead
 from spark_jobs.boundary import TaskFailure, map_unit, reduce_partition, run_unit
 from spark_jobs.contracts import JobContext
@@ -100,14 +101,25 @@ def _collect(sc: SparkContext, description: str, job: Callable[[], T]) -> T:
     failure of Spark itself is SparkJobFailed."""
     group = uuid.uuid4().hex
     sc.setJobGroup(group, description)
+    progress.job_group_started(group)
+    kind = job_kind(description)
+    started = time.monotonic()
     try:
-        return job()
+        result = job()
+        metrics.SPARK_JOB_SECONDS.labels(kind).observe(time.monotonic() - started)
+        return result
     except Exception as exc:
+        metrics.SPARK_JOBS_FAILED.labels(kind).inc()
         _wait_for_tasks(sc, group)
         if discard_if_dead():
             raise SparkUnavailable("the Spark JVM stopped during the job (killed or out of memory); "
                                    "a new Spark session is starting, retry the request") from exc
         raise SparkJobFailed(f"the Spark job {description!r} failed: {type(exc).__name__}") from exc
+
+
+def job_kind(description: str) -> str:
+    """A job's kind for its metric label: its description without the table (`WriteBatch s.t` → `WriteBatch`)."""
+    return description.split(" ", 1)[0] or "job"
 
 
 def _wait_for_tasks(sc: SparkContext, group: str) -> None:

@@ -45,8 +45,15 @@ def _event_log(directory: str | None) -> dict[str, str]:
             "spark.eventLog.dir": f"file://{os.path.abspath(directory)}"}
 
 
+def _web_ui(port: int | None) -> dict[str, str]:
+    """Spark's own web UI on `port` (serve --spark-ui-port); off without one."""
+    if port is None:
+        return {}
+    return {"spark.ui.enabled": "true", "spark.ui.port": str(port), "spark.port.maxRetries": "0"}
+
+
 def get_session(master: str = "local[*]", driver_memory: str = DRIVER_MEMORY,
-                event_log: str | None = None) -> SparkSession:
+                event_log: str | None = None, ui_port: int | None = None) -> SparkSession:
     """Return the live session: created on the first call, and again when the JVM behind it has died.
     `driver_memory` is the JVM's heap: rows cross it only as byte arrays (task units, shuffled chunks, results),
     and local mode runs every executor in it."""
@@ -56,16 +63,16 @@ def get_session(master: str = "local[*]", driver_memory: str = DRIVER_MEMORY,
             _discard(_session)
             _session, _died = None, True
         if _session is None:
-            _session = _start(master, driver_memory, event_log)
+            _session = _start(master, driver_memory, {**_event_log(event_log), **_web_ui(ui_port)})
             _died = False
         return _session
 
 
-def _start(master: str, driver_memory: str, event_log: str | None) -> SparkSession:
+def _start(master: str, driver_memory: str, extra: dict[str, str]) -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName("records-destination").master(master)
-    for key, value in {**SETTINGS, "spark.driver.memory": driver_memory, **_event_log(event_log)}.items():
+    for key, value in {**SETTINGS, "spark.driver.memory": driver_memory, **extra}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
@@ -130,6 +137,12 @@ def _discard(session: SparkSession) -> None:
         SparkContext._active_spark_context = None
     SparkSession._instantiatedSession = None
     SparkSession._activeSession = None
+
+
+def jvm_pid() -> int | None:
+    """The process id of the local Spark JVM (None: not started, or a gateway that is not our child)."""
+    process = getattr(SparkContext._gateway, "proc", None)
+    return process.pid if process is not None and process.poll() is None else None
 
 
 def trivial_job(session: SparkSession) -> int:

@@ -5,12 +5,12 @@ with counts for the RPC's log line.
 """
 from __future__ import annotations
 
-import os
 import time
+import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from functools import partial
 from typing import TypeVar
 
 import numpy as np
@@ -22,39 +22,38 @@ from destination.changes.files import STAGING, ChangeTarget, write_empty
 from destination.changes.metadata import KIND_ROWS, KIND_SNAPSHOT, ZERO_TOTALS, ChangeFile, ChangeParts, ChangeSet, change_set
 from destination.changes.settings import ChangeSettings
 from destination.conversion import FailureKey
-from destination.errors import BadRequest, RefusedChange, TableNotFound, UserActionRequired
+from destination.errors import BadRequest, CommitConflict, RefusedChange, TableNotFound, UserActionRequired
+from destination.key_order import key_columns_of, keys_from_json
+from destination.placement import TARGET_FILE_BYTES, KeySample, plan_units
 from destination.settings import SMALL_REQUEST_BYTES
-from destination.table_model import ColumnDef, TableDef
+from destination.storage.base import StorageSpec, open_storage
+from destination.table_model import KEY_RANGES, ColumnDef, TableDef
 from destination.table_store.datafiles import DataFile, align, read_data_file
 from destination.table_store.locations import file_dir
 from destination.table_store.store import PendingVersion, TableStore, TableVersion, VersionTarget
 from destination.type_changes import checked_columns, key_changed
 from destination.type_mapping import normalize_column
 from destination.write.batches import WRITE_BATCH, WRITE_HISTORY_BATCH, BatchPlan
-from destination.write.runner import run_shuffled, run_units
+from destination.write.runner import run_units
 from spark_jobs.alter import check_conversion_task, colliding_keys, convert_table, key_text
 from spark_jobs.contracts import (
-    BatchFileRef,
     CheckConversionUnit,
-    DecodeUnit,
     FilesWritten,
     FormatChangesUnit,
     JobContext,
-    LoadUnit,
-    MergeUnit,
+    RangeUnit,
     RequestCounts,
     RewriteUnit,
+    RunSlice,
+    RunSource,
     SnapshotChangesUnit,
+    SortedRun,
     TruncateUnit,
 )
-from spark_jobs.operations import bucket_chunks, file_operations, replace_operations
+from spark_jobs.operations import file_operations, replace_operations, to_ipc
+from spark_jobs.range_tasks import merge_range_task, sort_run_task
 from spark_jobs.tasks import (
-    decode_file_task,
-    distinct,
     format_changes_task,
-    load_files_task,
-    merge_bucket_task,
-    merge_shuffled_task,
     rewrite_file_task,
     snapshot_changes_task,
     truncate_file_task,
@@ -93,8 +92,11 @@ class JobOutput:
         counts: Counter[str] = Counter()
         for r in results:
             counts.update(r.counts)
+        replaced = {name for r in results for name in r.replaced}
+        if "files_rewritten" in counts:  # a file cut between units is rewritten by each, and counted once
+            counts["files_rewritten"] = len(replaced)
         return JobOutput(new_files=[f for r in results for f in r.new_files],
-                         replaced={name for r in results for name in r.replaced}, counts=dict(counts),
+                         replaced=replaced, counts=dict(counts),
                          changes=[c for r in results for c in r.changes], request=request or RequestCounts(),
                          task_seconds=sum(r.seconds for r in results))
 
@@ -102,19 +104,37 @@ class JobOutput:
         return ChangeParts(kind=kind, files=tuple(self.changes), noop_updates=self.counts.get("noop_updates", 0))
 
 
+@dataclass(frozen=True, kw_only=True)
+class PlacementSettings:
+    """A destination's placement settings: the target data-file size (configuration field target_file_size) and
+    where sorted runs are staged (a local directory in Spark's local mode; None: the table's own storage, which a
+    cluster's executors reach)."""
+
+    target_file_bytes: int = TARGET_FILE_BYTES
+    scratch: StorageSpec | None = None
+
+
 Producer = Callable[[TableVersion | None, VersionTarget], PendingVersion | None]
 # Small requests are decoded on the driver (ServerOptions.small_request_bytes) unless their rows decode to more
 # than this: the driver's units travel inside the job's tasks, and a 1 GiB driver heap ran out of memory on a
 # 16 MiB request holding 130 MB of values
 DRIVER_DECODED_LIMIT = 64 << 20
+# sizing units before any Parquet exists: decoded operations (and runs staged uncompressed on a local scratch
+# disk) and runs staged with lz4 are a few times larger than the Parquet they become (measured on the
+# benchmark's 20-column table: 3.5x and 2x)
+DECODED_TO_PARQUET = 3.5
+STAGED_TO_PARQUET = 2.0
+RUNS_DIR = "_runs"  # a new version's sorted runs when executors cannot reach a local scratch directory
 
 
 class WritePath:
     def __init__(self, store: TableStore, spark: Callable[[], SparkSession],
-                 changes: ChangeSettings | None = None, small_request: int = SMALL_REQUEST_BYTES) -> None:
+                 changes: ChangeSettings | None = None, small_request: int = SMALL_REQUEST_BYTES,
+                 placement: PlacementSettings | None = None) -> None:
         self.store = store
         self._spark = spark
         self.changes = changes or ChangeSettings()
+        self.placement = placement or PlacementSettings()
         self.small_request = small_request  # batch files up to this size (as sent) are decoded on the driver
 
     # ---- helpers -------------------------------------------------------------------------
@@ -123,7 +143,8 @@ class WritePath:
                  kind: str) -> JobContext:
         changes = self._change_target(schema, target, kind) if self.changes.enabled else None
         return JobContext(storage=self.store.storage.spec, base_dir=base.directory if base else None,
-                          target_dir=target.directory, table=table, version=target.version, changes=changes)
+                          target_dir=target.directory, table=table, version=target.version, changes=changes,
+                          target_file_bytes=self.placement.target_file_bytes, scratch=self.placement.scratch)
 
     def _run(self, task: Callable[[JobContext, U], FilesWritten], schema: str, base: TableVersion | None,
              target: VersionTarget, table: TableDef, units: Sequence[U], description: str,
@@ -134,11 +155,31 @@ class WritePath:
         ctx = self._context(schema, base, target, table, kind)
         return JobOutput.of(run_units(self._spark(), task, ctx, units, description))
 
-    def _merge_small(self, schema: str, base: TableVersion, target: VersionTarget, plan: BatchPlan,
-                     files_by_bucket: dict[int, tuple[DataFile, ...]], description: str) -> JobOutput | None:
-        """A small request: decoded here, merged by one task per bucket it touches (a shuffle's two stages
-        cost more than the decode itself at this size). None when its rows decode to more than
-        DRIVER_DECODED_LIMIT: the caller takes the task-decoded path."""
+    def _units_of_operations(self, base_files: Sequence[DataFile], ops: pa.Table, table: TableDef) -> list[RangeUnit]:
+        """Operations held here (a small request, a key change) routed to the units of the table's key ranges:
+        one unit per range that receives operations or compacts files, each with its operations as one chunk."""
+        keys = key_columns_of(ops, table)
+        plan = plan_units(base_files, KeySample.exact(keys), table, self.placement.target_file_bytes,
+                          bytes_per_row=ops.nbytes / max(1, ops.num_rows) / DECODED_TO_PARQUET)
+        unit_of = plan.unit_of(keys)
+        order = np.argsort(unit_of, kind="stable")
+        ops, unit_of = ops.take(pa.array(order)), unit_of[order]
+        starts = np.searchsorted(unit_of, np.arange(len(plan.units) + 1))
+        units = []
+        for u, planned in enumerate(plan.units):
+            a, b = int(starts[u]), int(starts[u + 1])
+            if a == b and not planned.compact:
+                continue
+            chunks = (to_ipc(ops.slice(a, b - a)),) if b > a else ()
+            units.append(RangeUnit(lo=planned.lo, hi=planned.hi, files=planned.files, compact=planned.compact,
+                                   chunks=chunks, tag=u))
+        return units
+
+    def _merge_decoded(self, schema: str, base: TableVersion, target: VersionTarget, plan: BatchPlan,
+                       description: str) -> JobOutput | None:
+        """A small request: decoded here, merged by one task per key range it touches (staging sorted runs
+        costs more than the decode itself at this size). None when its rows decode to more than
+        DRIVER_DECODED_LIMIT: the caller stages it in Spark tasks."""
         parts: list[pa.Table] = []
         failures: Counter[FailureKey] = Counter()
         rows = 0
@@ -153,49 +194,105 @@ class WritePath:
             logs.info(f"{description}: {plan.total_bytes} bytes of batch files decode to more than "
                       f"{DRIVER_DECODED_LIMIT >> 20} MiB; decoding them in Spark tasks instead")
             return None
-        units = [MergeUnit(bucket=b, chunks=(chunk,), files=files_by_bucket.get(b, ()))
-                 for b, chunk in (bucket_chunks(pa.concat_tables(parts)) if parts else [])]
-        out = self._run(merge_bucket_task, schema, base, target, base.table, units, description, KIND_ROWS)
+        units = self._units_of_operations(base.files, pa.concat_tables(parts), base.table) if parts else []
+        out = self._run(merge_range_task, schema, base, target, base.table, units, description, KIND_ROWS)
         out.request = RequestCounts(rows=rows, files=len(plan.files), failures_by_column=dict(failures))
         return out
 
-    def _load_empty(self, schema: str, base: TableVersion, target: VersionTarget, plan: BatchPlan,
-                    description: str) -> JobOutput | None:
-        """A write into an empty table: one load task per core over a share of the files, merging per bucket
-        where it decodes (no shuffle). None, with nothing left behind, when a key is in two files: such a
-        request needs the shuffle (the rows of one key must meet in one merge)."""
-        spark = self._spark()
-        inserts = [ref for ref in plan.files if ref.kind == "replace"]  # earliest-start rows: nothing to close
-        if not inserts:
-            return None
-        groups = balanced_groups(inserts, spark.sparkContext.defaultParallelism)
-        ctx = self._context(schema, base, target, base.table, KIND_ROWS)
-        loads = run_units(spark, load_files_task, ctx, [LoadUnit(refs=tuple(g), fmt=plan.fmt) for g in groups],
-                          description)
-        out = JobOutput.of([load.written for load in loads])
-        hashes = np.concatenate([np.frombuffer(load.key_hashes, dtype=np.uint64) for load in loads])
-        if len(distinct(hashes)) != len(hashes):
-            storage = self.store.storage
-            for f in out.new_files:
-                storage.delete(f"{target.directory}/{f.name}")
-            storage.delete_prefix(target.changes_directory)
-            return None
-        failures: Counter[FailureKey] = Counter()
-        for load in loads:
-            failures.update(load.counts.failures_by_column)
-        out.request = RequestCounts(rows=sum(load.counts.rows for load in loads), files=len(inserts),
-                                    failures_by_column=dict(failures))
-        return out
+    @contextmanager
+    def _stage_runs(self, schema: str, base: TableVersion, target: VersionTarget, table: TableDef,
+                    sources: Callable[[str], list[RunSource]], description: str) -> Iterator[tuple[JobContext, list[SortedRun]]]:
+        """Stage 1: one task per source sorts its rows into a run in the scratch storage; the runs are removed
+        when the block ends, whether the job succeeded or not."""
+        ctx = self._context(schema, base, target, table, KIND_ROWS)
+        directory = self._scratch_dir(target)
+        try:
+            yield ctx, run_units(self._spark(), sort_run_task, ctx, sources(directory), f"{description} (sort)")
+        finally:
+            storage = open_storage(self.placement.scratch) if self.placement.scratch else self.store.storage
+            try:
+                storage.delete_prefix(directory)
+            except Exception as exc:  # the version's own directory is cleared with it; a scratch leftover is logged
+                logs.warning(f"{description}: could not remove staged runs {storage.url(directory)}: {exc}")
 
-    def _run_shuffled(self, schema: str, base: TableVersion, target: VersionTarget, plan: BatchPlan,
-                      files_by_bucket: dict[int, tuple[DataFile, ...]], description: str) -> JobOutput:
-        """decode_file_task over the request's files, the shuffle by bucket, one merge per bucket (row changes)."""
-        ctx = self._context(schema, base, target, base.table, KIND_ROWS)
-        units = [DecodeUnit(ref=ref, fmt=plan.fmt) for ref in plan.files]
-        results = run_shuffled(self._spark(), decode_file_task, partial(merge_shuffled_task, files_by_bucket), ctx,
-                               units, base.table.bucket_count + 1, description)
-        request = next((r for r in results if isinstance(r, RequestCounts)), RequestCounts())
-        return JobOutput.of([r for r in results if isinstance(r, FilesWritten)], request)
+    def _scratch_dir(self, target: VersionTarget) -> str:
+        """Where one job's sorted runs go: the scratch storage's, or (executors elsewhere) the new version's own
+        directory, which the commit protocol clears if the writer dies."""
+        if self.placement.scratch is not None:
+            return f"runs/{uuid.uuid4().hex}"
+        return f"{target.directory}/{RUNS_DIR}"
+
+    def _merge_runs(self, ctx: JobContext, base_files: Sequence[DataFile], runs: Sequence[SortedRun],
+                    description: str, rows_only: bool = False) -> JobOutput:
+        """Stage 2: the units of the key ranges, planned from the runs' batch keys; each reads the batches of
+        every run that may hold its keys."""
+        table = ctx.table
+        firsts = [k for r in runs for k in r.batch_first]
+        weights = np.array([w for r in runs for w in r.batch_rows], dtype=np.int64)
+        staged_rows, staged_bytes = sum(r.rows for r in runs), sum(r.bytes for r in runs)
+        plan = plan_units(base_files, KeySample(keys=keys_from_json(firsts, table), weights=weights), table,
+                          self.placement.target_file_bytes,
+                          bytes_per_row=staged_bytes / max(1, staged_rows) / (
+                              DECODED_TO_PARQUET if self.placement.scratch is not None else STAGED_TO_PARQUET))
+        slices: list[dict[str, list[int]]] = [{} for _ in plan.units]
+        for run in runs:
+            if not run.rows:
+                continue
+            first_unit = plan.unit_of(keys_from_json(list(run.batch_first), table))
+            last_unit = plan.unit_of(keys_from_json(list(run.batch_last), table))
+            for batch, (a, b) in enumerate(zip(first_unit, last_unit, strict=True)):
+                for u in range(int(a), int(b) + 1):
+                    slices[u].setdefault(run.run_path, []).append(batch)
+        units = [RangeUnit(lo=p.lo, hi=p.hi, files=() if rows_only else p.files, compact=p.compact and not rows_only,
+                           runs=tuple(RunSlice(run_path=path, batches=tuple(b)) for path, b in slices[u].items()),
+                           rows_only=rows_only, tag=u)
+                 for u, p in enumerate(plan.units) if slices[u] or (p.compact and not rows_only)]
+        results = run_units(self._spark(), merge_range_task, ctx, units, description)
+        failures: Counter[FailureKey] = Counter()
+        counted = [r.counts for r in runs if r.counts is not None]
+        for c in counted:
+            failures.update(c.failures_by_column)
+        request = RequestCounts(rows=sum(c.rows for c in counted), files=len(counted),
+                                failures_by_column=dict(failures), decode_seconds=sum(c.seconds for c in counted))
+        return JobOutput.of(results, request)
+
+    def _merge_staged(self, schema: str, base: TableVersion, target: VersionTarget, plan: BatchPlan,
+                      description: str) -> JobOutput:
+        """A large request: stage 1 decodes each batch file in a task of its own and stages its operations sorted
+        by key; stage 2 merges each key range's operations with the files they can touch."""
+        def sources(directory: str) -> list[RunSource]:
+            return [RunSource(run_path=f"{directory}/{ref.position:06d}.arrow", ref=ref, fmt=plan.fmt)
+                    for ref in plan.files]
+        with self._stage_runs(schema, base, target, base.table, sources, description) as (ctx, runs):
+            return self._merge_runs(ctx, base.files, runs, description)
+
+    def _place_in_ranges(self, schema: str, name: str) -> None:
+        """A table placed in key-hash buckets (written before key ranges) is placed anew in key ranges, as a
+        version of its own that changes no row (its change files hold no events): every stored file is sorted
+        into a run, and the runs are cut into target-size ranges."""
+        def produce(base: TableVersion | None, target: VersionTarget) -> PendingVersion | None:
+            if base is None or base.table.in_key_ranges:
+                return None
+            table = replace(base.table, placement=KEY_RANGES)
+            stored = [f for f in base.files if f.rows]
+
+            def sources(directory: str) -> list[RunSource]:
+                return [RunSource(run_path=f"{directory}/{i:06d}.arrow", stored=f) for i, f in enumerate(stored)]
+            description = f"place {schema}.{name} in key ranges"
+            with self._stage_runs(schema, base, target, table, sources, description) as (ctx, runs):
+                out = self._merge_runs(ctx, [], runs, description, rows_only=True)
+            logs.info(f"{schema}.{name}: placed {sum(f.rows for f in stored)} rows of {len(stored)} key-hash bucket "
+                      f"files in {len(out.new_files)} key-range files")
+            return PendingVersion(table, out.new_files, [], {"kind": "place_in_key_ranges"}, out.change_parts(KIND_ROWS))
+        self.commit(schema, name, produce)
+
+    def current_in_ranges(self, schema: str, name: str) -> TableVersion | None:
+        """The table's latest version, placed in key ranges first if it is not."""
+        current = self.store.load(schema, name)
+        if current is not None and not current.table.in_key_ranges:
+            self._place_in_ranges(schema, name)
+            current = self.store.load(schema, name)
+        return current
 
     def _change_target(self, schema: str, target: VersionTarget, kind: str) -> ChangeTarget:
         return ChangeTarget(settings=self.changes, directory=target.changes_directory, version=target.version,
@@ -307,9 +404,11 @@ class WritePath:
             raise RefusedChange(lossy_change_text(current.table, new, lost),
                                 f"{examples[first]} (column {first!r})")
 
-    def _rekey(self, schema: str, new: TableDef) -> Outcome:
+    def _rekey(self, schema: str, requested: TableDef) -> Outcome:
         """A primary-key change (other columns, or a key column's type) re-buckets every row: stored rows become
         replace operations; refused when two rows would get the same key."""
+        new = replace(requested, placement=KEY_RANGES)  # rows are placed anew anyway
+
         def produce(base: TableVersion | None, target: VersionTarget) -> PendingVersion:
             assert base is not None
             storage = self.store.storage
@@ -327,9 +426,8 @@ class WritePath:
                 raise RefusedChange(f"with the new primary key {new.key_columns}, {collisions} rows would share "
                                     "their key with another row and be merged, so nothing was changed",
                                     key_text(converted, row, new.key_columns))
-            ops = replace_operations(converted, new)
-            units = [MergeUnit(bucket=b, chunks=(chunk,)) for b, chunk in bucket_chunks(ops)]
-            out = self._run(merge_bucket_task, schema, None, target, new, units, f"rekey {schema}.{new.name}")
+            units = self._units_of_operations([], replace_operations(converted, new), new)
+            out = self._run(merge_range_task, schema, None, target, new, units, f"rekey {schema}.{new.name}")
             return PendingVersion(new, out.new_files, [], {"kind": "alter_table_primary_key"},
                                   out.change_parts(KIND_SNAPSHOT))
         committed = self.commit(schema, new.name, produce)
@@ -355,18 +453,19 @@ class WritePath:
         shuffled to one merge task per bucket. A request without rows commits nothing."""
         outcome = Outcome(None)
 
+        self.current_in_ranges(schema, table_name)
+
         def produce(base: TableVersion | None, target: VersionTarget) -> PendingVersion | None:
             if base is None:
                 raise TableNotFound(f"{rpc}: table {schema}.{table_name} does not exist; CreateTable must come first")
-            files_by_bucket = _files_by_bucket(base)
+            if not base.table.in_key_ranges:  # another server wrote the table in the old placement meanwhile
+                raise CommitConflict(f"{schema}.{table_name} is not placed in key ranges yet")
             description = f"{rpc} {schema}.{table_name}"
             started = time.perf_counter()
-            out = (self._merge_small(schema, base, target, plan, files_by_bucket, description)
+            out = (self._merge_decoded(schema, base, target, plan, description)
                    if plan.total_bytes <= self.small_request else None)
-            if out is None and loads_empty(base, plan):
-                out = self._load_empty(schema, base, target, plan, description)
             if out is None:
-                out = self._run_shuffled(schema, base, target, plan, files_by_bucket, description)
+                out = self._merge_staged(schema, base, target, plan, description)
             outcome.counts, outcome.failures_by_column, outcome.rows = (out.counts, out.request.failures_by_column,
                                                                         out.request.rows)
             outcome.timings = {"job": time.perf_counter() - started, "task_s": out.task_seconds}
@@ -426,33 +525,6 @@ class WritePath:
                                   out.change_parts(KIND_ROWS))
         committed = self.commit(schema, table_name, produce)
         return Outcome(committed.version if committed else current.version, stats)
-
-
-def _files_by_bucket(base: TableVersion) -> dict[int, tuple[DataFile, ...]]:
-    """The base's data files (with rows) of each bucket."""
-    by_bucket: dict[int, list[DataFile]] = {}
-    for f in base.files:
-        if f.rows and f.bucket is not None:
-            by_bucket.setdefault(f.bucket, []).append(f)
-    return {bucket: tuple(files) for bucket, files in by_bucket.items()}
-
-
-def loads_empty(base: TableVersion, plan: BatchPlan) -> bool:
-    """Whether the request can skip the shuffle: an empty table, and only rows to insert (a history table's
-    earliest-start rows close stored versions, of which there are none)."""
-    return base.rows == 0 and all(ref.kind in ("replace", "earliest") for ref in plan.files)
-
-
-def balanced_groups(refs: Sequence[BatchFileRef], count: int) -> list[list[BatchFileRef]]:
-    """`refs` in at most `count` groups of about equal bytes (largest first, each to the lightest group)."""
-    sizes = {ref.position: len(ref.data) if ref.data is not None else os.path.getsize(ref.path) for ref in refs}
-    groups: list[list[BatchFileRef]] = [[] for _ in range(max(1, min(count, len(refs))))]
-    loads = [0] * len(groups)
-    for ref in sorted(refs, key=lambda r: -sizes[r.position]):
-        lightest = loads.index(min(loads))
-        groups[lightest].append(ref)
-        loads[lightest] += sizes[ref.position]
-    return [g for g in groups if g]
 
 
 def plan_alter(current: TableDef, requested: TableDef, drop_columns: bool) -> TableDef:

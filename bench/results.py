@@ -1,0 +1,86 @@
+"""A run's measurements as results.json keeps them, and as the report reads them."""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Measurement:
+    scenario: str
+    backend: str
+    table: str
+    rows: int
+    plain_bytes: int
+    seconds: float
+    peak_total: int
+    peak_jvm: int
+    peak_python: int
+    bytes_written: int
+    files_written: int
+    files_rewritten: int
+    baseline: str = ""
+    baseline_seconds: float | None = None
+    target: str = ""  # load | merge | "" (no pyarrow ratio)
+    scale: int = 0  # the pass's table rows (--rows)
+    group: str = ""
+    duckdb_seconds: float | None = None  # DuckDB's merge of the same change, measured just before
+    table_bytes_before: int = 0  # data bytes of the version the request started from
+    bytes_rewritten: int = 0  # bytes of that version's files not carried into the new one
+    table_bytes_after: int = 0
+    files_after: int = 0
+    stored_bytes: int = 0  # everything under the table's folder afterwards (measured where the report needs it)
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.rows / self.seconds if self.seconds else 0.0
+
+    @property
+    def mb_per_second(self) -> float:
+        return self.plain_bytes / 1e6 / self.seconds if self.seconds else 0.0
+
+
+@dataclass
+class Run:
+    scales: list[int]
+    started: float = field(default_factory=time.time)
+    measurements: list[Measurement] = field(default_factory=list)
+    baselines: dict[str, dict[str, float]] = field(default_factory=dict)  # "backend, N rows" -> baseline -> seconds
+    # per pass ("backend, N rows"): the configuration fields passed to the server (layout, …) and, under "ignored",
+    # those its form does not list
+    settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    shape: dict[str, Any] = field(default_factory=dict)
+
+
+def pass_key(backend: str, scale: int) -> str:
+    return f"{backend}, {scale:,} rows"
+
+
+def load_results(paths: list[Path]) -> Run:
+    """Runs as their results.json files recorded them, as one (e.g. local scales and an S3 scale run apart)."""
+    names = {f.name for f in fields(Measurement)}
+    runs = []
+    for path in paths:
+        data = json.loads(path.read_text())
+        scales = data.get("scales") or [data["rows"]]
+        measurements = [Measurement(**{k: v for k, v in m.items() if k in names}) for m in data["measurements"]]
+        for m in measurements:
+            m.scale = m.scale or scales[0]
+        runs.append(Run(scales, data.get("started", path.stat().st_mtime), measurements, data["baselines"],
+                        data.get("settings", {}), data.get("shape", {})))
+    merged = runs[0]
+    for other in runs[1:]:
+        merged.scales = sorted(set(merged.scales) | set(other.scales))
+        merged.measurements += other.measurements
+        merged.baselines.update(other.baselines)
+        merged.settings.update(other.settings)
+    return merged
+
+
+def save(run: Run, path: Path) -> None:
+    path.write_text(json.dumps({"scales": run.scales, "started": run.started, "baselines": run.baselines,
+                                "settings": run.settings, "shape": run.shape,
+                                "measurements": [asdict(m) for m in run.measurements]}, indent=1))

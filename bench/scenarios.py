@@ -1,0 +1,25 @@
+"""What a run measures: its scales and its scenario groups, as the command line gives them."""
+from __future__ import annotations
+
+GROUPS = ("load", "parquet", "parquet_full", "uniform", "new_keys", "truncate", "history", "clustered", "small_syncs")
+NEEDS = {"uniform": ("load",), "new_keys": ("load", "parquet"), "truncate": ("parquet",), "clustered": ("load",)}
+
+
+def rows_option(text: str) -> list[int]:
+    """`10M,30M,100M` → [10000000, 30000000, 100000000] (K, M and G suffixes, or plain numbers)."""
+    out = []
+    for part in text.split(","):
+        part = part.strip().upper().replace("_", "")
+        factor = {"K": 10**3, "M": 10**6, "G": 10**9}.get(part[-1:], 1)
+        out.append(int(float(part[:-1] if factor > 1 else part) * factor))
+    return out
+
+
+def selected_groups(text: str) -> set[str]:
+    groups = {g.strip() for g in text.split(",") if g.strip()} if text != "all" else set(GROUPS)
+    unknown = groups - set(GROUPS)
+    if unknown:
+        raise SystemExit(f"unknown scenario group(s) {sorted(unknown)}; known: {', '.join(GROUPS)}")
+    for g in list(groups):
+        groups |= set(NEEDS.get(g, ()))
+    return groups
