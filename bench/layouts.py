@@ -166,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", type=int, default=2, help="retention_versions")
     parser.add_argument("--min-age", type=float, default=0.0, help="retention_min_age_seconds")
     parser.add_argument("--layouts", default="complete,referencing")
+    parser.add_argument("--target-file-size", default="", help="target_file_size (empty: the server's default)")
     args = parser.parse_args(argv)
 
     from destination.rpc.server import build_server
@@ -187,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
             s3.create_bucket("bench")
         for chosen in args.layouts.split(","):
             base = {"layout": chosen, "retention_versions": str(args.keep),
-                    "retention_min_age_seconds": str(args.min_age)}
+                    "retention_min_age_seconds": str(args.min_age), "target_file_size": args.target_file_size}
             if s3 is not None:
                 configuration = {**base, "root": f"s3://bench/{uuid.uuid4().hex[:8]}", "s3_endpoint": s3.endpoint,
                                  "aws_access_key_id": ACCESS_KEY, "aws_secret_access_key": SECRET_KEY}
@@ -201,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         if s3 is not None:
             s3.stop()
     print(f"\n{args.backend}: {args.rows} rows, {args.syncs} clustered syncs of {args.sync_rows} rows "
-          f"({args.update_share:.0%} updates), "
+          f"({args.update_share:.0%} updates), target file size {args.target_file_size or 'default'}, "
           f"retention {args.keep} versions / {args.min_age:g} s")
     print(f"{'layout':<12} {'commit med':>10} {'commit max':>10} {'rpc med':>8} {'table MB':>9} {'stored MB':>9} "
           f"{'stored/table':>12} {'manifest rows':>13} {'dir rows':>9}")
