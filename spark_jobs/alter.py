@@ -14,6 +14,7 @@ from destination.keys import key_tokens
 from destination.storage.base import open_storage
 from destination.table_model import DESTINATION_META, ColumnDef, TableDef
 from destination.table_store.datafiles import align, read_data_file
+from destination.table_store.locations import file_dir
 from destination.type_mapping import arrow_schema, arrow_type
 from spark_jobs.contracts import CheckConversionUnit, ConversionCheck, JobContext
 
@@ -166,7 +167,7 @@ def check_conversion_task(ctx: JobContext, unit: CheckConversionUnit) -> Convers
     old_def = unit.old_table
     keys = old_def.key_columns
     needed = list(dict.fromkeys([*unit.columns, *keys]))
-    old = align(read_data_file(storage, ctx.read_dir, unit.file.name, needed), old_def.with_columns(
+    old = align(read_data_file(storage, file_dir(ctx.read_dir, unit.file), unit.file.name, needed), old_def.with_columns(
         [c for c in old_def.columns if c.name in needed]))
     lost = lost_values(old, old_def, ctx.table, list(unit.columns))
     return ConversionCheck(lost={name: count for name, (count, _row) in lost.items()},

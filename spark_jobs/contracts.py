@@ -187,6 +187,13 @@ class CheckConversionUnit:
     columns: tuple[str, ...]
 
 
+@dataclass(frozen=True, kw_only=True)
+class CopyUnit:
+    """Server-side copies of a complete-layout carry-forward: (source, target) storage paths."""
+
+    pairs: tuple[tuple[str, str], ...]
+
+
 # ---- results --------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True, kw_only=True)
@@ -239,3 +246,11 @@ class ConversionCheck:
 
     lost: dict[str, int]
     example: dict[str, str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class FilesCopied:
+    """A copy task's account: the files it copied and its time."""
+
+    files: int
+    seconds: float

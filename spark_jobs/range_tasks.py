@@ -31,6 +31,7 @@ from destination.keys import key_tokens
 from destination.storage.base import Storage, open_storage
 from destination.table_model import TableDef
 from destination.table_store.datafiles import DataFile, align, read_data_file, write_sorted_files
+from destination.table_store.locations import file_dir
 from spark_jobs.contracts import DecodedCounts, FilesWritten, JobContext, RangeUnit, RunSource, SortedRun
 from spark_jobs.history import merge_history_bucket
 from spark_jobs.merge import merge_bucket
@@ -60,7 +61,7 @@ def sort_run_task(ctx: JobContext, unit: RunSource) -> SortedRun:
         counts = DecodedCounts(rows=ops.rows, failures_by_column=ops.failures_by_column, seconds=0.0)
     else:
         assert unit.stored is not None
-        stored = read_data_file(open_storage(ctx.storage), ctx.read_dir, unit.stored.name)
+        stored = read_data_file(open_storage(ctx.storage), file_dir(ctx.read_dir, unit.stored), unit.stored.name)
         rows = sorted_rows(align(stored, table_def), table_def)
     run = _stage(_scratch(ctx), unit.run_path, rows, table_def, None if ctx.scratch is not None else RUN_COMPRESSION)
     if counts is not None:
@@ -119,14 +120,14 @@ def _must_rewrite(ctx: JobContext, storage: Storage, f: DataFile, ops: pa.Table,
         return False
     if pc.any(pc.equal(pc.filter(ops.column(OP), pa.array(inside)), OP_REPLACE)).as_py():
         return True  # an insert or a replace inside the range: the file is rewritten in either case
-    stored_keys = read_data_file(storage, ctx.read_dir, f.name, [c.name for c in table_def.entity_key])
+    stored_keys = read_data_file(storage, file_dir(ctx.read_dir, f), f.name, [c.name for c in table_def.entity_key])
     wanted = pc.filter(ops.column(KEY), pa.array(inside))
     return bool(pc.any(pc.is_in(key_tokens(stored_keys, table_def.entity_key), value_set=wanted)).as_py())
 
 
 def _read_part(ctx: JobContext, storage: Storage, f: DataFile, unit: RangeUnit) -> pa.Table:
     """A stored file's rows within the unit's range (all of them when the file lies inside it)."""
-    rows = align(read_data_file(storage, ctx.read_dir, f.name), ctx.table)
+    rows = align(read_data_file(storage, file_dir(ctx.read_dir, f), f.name), ctx.table)
     lo, hi = _bound(unit.lo, ctx.table), _bound(unit.hi, ctx.table)
     if lo is None and hi is None:
         return rows

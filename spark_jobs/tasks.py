@@ -19,6 +19,7 @@ from destination.storage.base import Storage, open_storage
 from destination.table_model import TableDef
 from destination.table_store.datafiles import DataFile, align, read_data_file, write_data_file
 from destination.table_store.layout import data_file_name
+from destination.table_store.locations import file_dir
 from spark_jobs.alter import convert_table
 from spark_jobs.contracts import (
     FilesWritten,
@@ -69,7 +70,7 @@ def truncate_file_task(ctx: JobContext, unit: TruncateUnit) -> FilesWritten:
     storage = open_storage(ctx.storage)
     table_def = ctx.table
     f = unit.file
-    table = align(read_data_file(storage, ctx.read_dir, f.name), table_def)
+    table = align(read_data_file(storage, file_dir(ctx.read_dir, f), f.name), table_def)
     hit = before_cutoff_ms(table.column(unit.synced_column).combine_chunks(), unit.cutoff_us)
     deleted_col = unit.deleted_column
     if deleted_col:  # the driver added the column to the table first if it was missing
@@ -92,7 +93,7 @@ def rewrite_file_task(ctx: JobContext, unit: RewriteUnit) -> FilesWritten:
     """
     storage = open_storage(ctx.storage)
     f = unit.file
-    old = align(read_data_file(storage, ctx.read_dir, f.name), unit.old_table)
+    old = align(read_data_file(storage, file_dir(ctx.read_dir, f), f.name), unit.old_table)
     table, failures = convert_table(old, unit.old_table, ctx.table, ctx.version, unit.sources, unit.constants)
     return _finish(storage, ctx, table, ctx.table, f.bucket, [f.name], {"converted_failures": failures})
 
@@ -103,7 +104,7 @@ def history_rewrite_task(ctx: JobContext, unit: HistoryRewriteUnit) -> FilesWrit
     storage = open_storage(ctx.storage)
     f = unit.file
     new_def = ctx.table
-    old = align(read_data_file(storage, ctx.read_dir, f.name), unit.old_table)
+    old = align(read_data_file(storage, file_dir(ctx.read_dir, f), f.name), unit.old_table)
     table, failures = convert_table(old, unit.old_table, new_def, ctx.version)
     step = unit.step
     counts = {"converted_failures": failures}
@@ -129,7 +130,7 @@ def latest_versions_task(ctx: JobContext, unit: LatestVersionsUnit) -> FilesWrit
     unless deleted rows are kept)."""
     storage = open_storage(ctx.storage)
     old_def = unit.old_table
-    parts = [align(read_data_file(storage, ctx.read_dir, f.name), old_def) for f in unit.files]
+    parts = [align(read_data_file(storage, file_dir(ctx.read_dir, f), f.name), old_def) for f in unit.files]
     versions = pa.concat_tables(parts) if parts else align(pa.table({}), old_def)
     latest, deleted = latest_versions(versions, old_def)
     table, failures = convert_table(latest, old_def, ctx.table, ctx.version)
@@ -156,6 +157,6 @@ def snapshot_changes_task(ctx: JobContext, unit: SnapshotChangesUnit) -> FilesWr
     target = ctx.changes
     assert target is not None
     storage = open_storage(ctx.storage)
-    rows = align(read_data_file(storage, unit.directory, unit.file.name), ctx.table)
+    rows = align(read_data_file(storage, file_dir(unit.directory, unit.file), unit.file.name), ctx.table)
     part = write_snapshot(storage, target, ctx.table, unit.file.bucket, rows)
     return FilesWritten(changes=(part,) if part else ())

@@ -14,10 +14,21 @@ import pytest
 from destination.rpc.service import DestinationService
 from destination.settings import ServerOptions
 from destination.storage.base import Storage, StorageSpec, open_storage
+from destination.table_store.options import LAYOUT_FIELD, LAYOUTS, default_layout
 from destination.table_store.store import Retention, TableStore
 from tests.s3server import ACCESS_KEY, SECRET_KEY, S3Server, start_seaweedfs
 
 BUCKET = "records-tests"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--layout", choices=LAYOUTS, default=None,
+                     help="the version layout of the tests' configurations and stores (default: each backend's)")
+
+
+def layout_option(config: pytest.Config) -> str | None:
+    value = config.getoption("--layout")
+    return str(value) if value else None
 
 
 @pytest.fixture(scope="session")
@@ -43,10 +54,12 @@ def s3_configuration(server: S3Server, prefix: str) -> dict[str, str]:
 @pytest.fixture(params=["local", "s3"])
 def configuration(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
     """A fresh, empty root on each backend, as a request's configuration map."""
+    chosen = layout_option(request.config)
+    extra = {LAYOUT_FIELD: chosen} if chosen else {}
     if request.param == "local":
-        return {"root": str(tmp_path / "root")}
+        return {"root": str(tmp_path / "root"), **extra}
     server = request.getfixturevalue("s3_server")
-    return s3_configuration(server, f"t-{uuid.uuid4().hex[:12]}")
+    return {**s3_configuration(server, f"t-{uuid.uuid4().hex[:12]}"), **extra}
 
 
 def spec_of(configuration: dict[str, str]) -> StorageSpec:
@@ -62,8 +75,10 @@ def storage(configuration: dict[str, str]) -> Storage:
 
 
 @pytest.fixture
-def store(storage: Storage) -> TableStore:
-    return TableStore(storage, Retention(keep_versions=2, min_age_seconds=3600))
+def store(storage: Storage, request: pytest.FixtureRequest) -> TableStore:
+    """A store writing in the layout `--layout` names, or the server's default for the backend."""
+    chosen = layout_option(request.config) or default_layout(storage.spec.is_s3)
+    return TableStore(storage, Retention(keep_versions=2, min_age_seconds=3600), layout=chosen)
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ from destination.commands.validator import validate_version
 from destination.protocol import common, sdk
 from destination.storage.base import open_storage
 from destination.table_store.datafiles import align, read_data_file
+from destination.table_store.locations import file_dir
 from destination.table_store.store import TableStore
 from tests.conftest import spec_of
 
@@ -29,7 +30,7 @@ def rows_of(configuration: dict[str, str], schema: str, name: str, validate: boo
     assert current is not None, f"{schema}.{name} does not exist"
     if validate:
         assert validate_version(store.storage, current.directory) == []
-    parts = [align(read_data_file(store.storage, current.directory, f.name), current.table) for f in current.files]
+    parts = [align(read_data_file(store.storage, file_dir(current.directory, f), f.name), current.table) for f in current.files]
     return pa.concat_tables(parts).to_pylist() if parts else []
 
 

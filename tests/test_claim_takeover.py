@@ -13,6 +13,7 @@ import pytest
 from destination.commands.validator import validate_version
 from destination.storage.base import Storage, open_storage
 from destination.table_store import layout
+from destination.table_store.locations import file_dir
 from destination.table_store.store import IncompleteVersion, Repair, TableStore
 from tests.conftest import spec_of
 from tests.test_table_store import SCHEMA, appender, ids
@@ -178,9 +179,9 @@ def break_latest_version(store: TableStore) -> str:
     """What the race used to leave: the latest version committed, one of its data files gone. Returns its name."""
     latest = store.load(SCHEMA, TABLE_NAME)
     assert latest is not None
-    lost = latest.files[-1].name
-    store.storage.delete(f"{latest.directory}/{lost}")
-    return lost
+    lost = latest.files[-1]
+    store.storage.delete(f"{file_dir(latest.directory, lost)}/{lost.name}")
+    return lost.name
 
 
 def test_an_incomplete_latest_version_is_read_around_refused_for_writes_and_repaired(storage: Storage, capsys) -> None:  # type: ignore[no-untyped-def]
@@ -247,7 +248,8 @@ def test_rpcs_on_a_table_whose_latest_version_lacks_files(stub, configuration, t
     store = TableStore(storage)
     latest = store.load("broken", "t")
     assert latest is not None
-    storage.delete(f"{latest.directory}/{next(f.name for f in latest.files if f.rows)}")
+    lost = next(f for f in latest.files if f.rows)
+    storage.delete(f"{file_dir(latest.directory, lost)}/{lost.name}")
     described = describe(stub, configuration, "broken", "t")
     assert described.WhichOneof("response") == "table" and [c.name for c in described.table.columns][:3] == ["id", "v", "n"]
     batch = write_csv(tmp_path / "refused.csv.zstd.aes", [c.name for c in t.columns], [r(3, "c")], KEY)

@@ -25,7 +25,7 @@ def test_an_unknown_field_is_a_warning_naming_it_and_the_known_ones(stub, tmp_pa
     answer = storage_test(stub, {"root": str(tmp_path / "root"), "rooot": str(tmp_path / "typo")})
     assert answer.success, answer
     assert ("configuration field(s) 'rooot' unknown and ignored; the known fields are root, s3_endpoint, s3_region, "
-            "aws_access_key_id, aws_secret_access_key, changes") in capsys.readouterr().out
+            "aws_access_key_id, aws_secret_access_key, target_file_size, changes") in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("root", ["s3:/bucket/x", "s3//bucket/x", "S3://bucket/x"])

@@ -14,6 +14,7 @@ import pytest
 from destination.protocol import sdk
 from destination.storage.base import open_storage
 from destination.table_store.datafiles import read_data_file
+from destination.table_store.locations import file_dir
 from destination.table_store.store import TableStore
 from tests.batchfiles import write_csv
 from tests.conftest import spec_of
@@ -62,7 +63,7 @@ def test_first_load_of_distinct_keys_writes_truthful_file_statistics(stub, confi
     assert current is not None and current.rows == 2000
     spans = []
     for f in current.files:
-        rows = read_data_file(store.storage, current.directory, f.name)
+        rows = read_data_file(store.storage, file_dir(current.directory, f), f.name)
         synced = rows.column("_fivetran_synced").cast(pa.int64()).to_pylist()
         ids = rows.column("id").to_pylist()
         assert (f.rows, f.min_synced, f.max_synced) == (rows.num_rows, min(synced), max(synced))

@@ -10,6 +10,7 @@ import pytest
 from destination.protocol import common, sdk
 from destination.storage.base import open_storage
 from destination.table_store.datafiles import read_data_file
+from destination.table_store.locations import file_dir
 from destination.table_store.store import TableStore
 from tests.conftest import spec_of
 from tests.rpc_helpers import describe, rows_of, table
@@ -139,7 +140,7 @@ def test_a_merge_after_copy_and_rename_reads_none_of_the_copied_files(stub, conf
     assert copied is not None and copied.rows == 200
     assert all(f.key_range == {"id": [min(ids), max(ids)]} for f, ids in _ids_by_file(store, copied))
     for f in copied.files:
-        store.storage.write_bytes(f"{copied.directory}/{f.name}", b"not a Parquet file")
+        store.storage.write_bytes(f"{file_dir(copied.directory, f)}/{f.name}", b"not a Parquet file")
 
     renamed = table("renamed", [("id", "INT", True), ("v", "STRING"), ("n", "LONG"), *SYS])
     write(stub, configuration, "mig", renamed, tmp_path, replace=[row(i, "new") for i in range(1000, 1010)])
@@ -148,10 +149,10 @@ def test_a_merge_after_copy_and_rename_reads_none_of_the_copied_files(stub, conf
     carried = {f.name for f in copied.files}
     assert carried <= {f.name for f in after.files}, "every copied file is carried into the new version unread"
     new_files = [f for f in after.files if f.name not in carried]
-    new_ids = sorted(i for f in new_files for i in read_data_file(store.storage, after.directory, f.name)
+    new_ids = sorted(i for f in new_files for i in read_data_file(store.storage, file_dir(after.directory, f), f.name)
                      .column("id").to_pylist())
     assert new_ids == list(range(1000, 1010))
 
 
 def _ids_by_file(store, version):  # type: ignore[no-untyped-def]
-    return [(f, read_data_file(store.storage, version.directory, f.name).column("id").to_pylist()) for f in version.files]
+    return [(f, read_data_file(store.storage, file_dir(version.directory, f), f.name).column("id").to_pylist()) for f in version.files]

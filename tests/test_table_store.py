@@ -12,6 +12,7 @@ from destination.storage.base import Storage
 from destination.table_model import ColumnDef, TableDef
 from destination.table_store import layout
 from destination.table_store.datafiles import align, read_data_file, write_data_file
+from destination.table_store.locations import file_dir
 from destination.table_store.store import PendingVersion, Retention, TableStore, TableVersion, VersionTarget
 
 TABLE = TableDef("events", (ColumnDef("id", "LONG", True), ColumnDef("v", "STRING"),
@@ -36,7 +37,7 @@ def appender(storage: Storage, first_id: int, n: int = 3):  # type: ignore[no-un
 
 
 def ids(store: TableStore, version: TableVersion) -> list[int]:
-    parts = [align(read_data_file(store.storage, version.directory, f.name), version.table) for f in version.files]
+    parts = [align(read_data_file(store.storage, file_dir(version.directory, f), f.name), version.table) for f in version.files]
     return sorted(pa.concat_tables(parts).column("id").to_pylist()) if parts else []
 
 

@@ -17,6 +17,8 @@ import pyarrow.parquet as pq
 from destination.commands.validator import validate_table
 from destination.storage.base import Storage, open_storage
 from destination.table_store import layout, records
+from destination.table_store.datafiles import DataFile
+from destination.table_store.locations import file_dir
 from tests.conftest import spec_of
 from tests.rpc_helpers import table
 from tests.test_write_path import SYS, create, r, write
@@ -190,15 +192,27 @@ def test_an_old_version_may_be_gone_but_not_a_recent_one(stub, configuration, tm
     """Retention removes version directories that are not among the last 2 and were superseded over an hour ago."""
     storage = build_table(stub, configuration, tmp_path)
     v1 = layout.version_dir_name(1)
-    storage.delete_prefix(f"{PREFIX}/{v1}")
+    retire(storage, 1)
     assert [p for p in validate_table(storage, SCHEMA, NAME) if p.startswith(v1)] == \
         [f"{v1}: missing, but its commit record _log/{1:020d}.json exists"]  # superseded a moment ago: kept
     for n in (2, 3):
         edit_json(storage, layout.log_path(PREFIX, n), lambda doc: doc.update(committed_at=doc["committed_at"] - 3601))
     assert validate_table(storage, SCHEMA, NAME) == []
     v2 = layout.version_dir_name(2)
-    storage.delete_prefix(f"{PREFIX}/{v2}")  # superseded long ago too, but among the last 2
+    retire(storage, 2)  # superseded long ago too, but among the last 2
     assert validate_table(storage, SCHEMA, NAME) == [f"{v2}: missing, but its commit record _log/{2:020d}.json exists"]
+
+
+def retire(storage: Storage, n: int) -> None:
+    """What retention removes of version n: its metadata, and its data files that the latest version does not list
+    (in the complete layout, all of them; in the referencing layout, v<LATEST> lists some where v<n> holds them)."""
+    directory = layout.version_dir(PREFIX, n)
+    latest = layout.version_dir(PREFIX, LATEST)
+    files = [DataFile.from_json(f) for f in json.loads(storage.read_bytes(f"{latest}/{records.FILES_JSON}"))["files"]]
+    listed = {f"{file_dir(latest, f)}/{f.name}" for f in files}
+    for name in storage.list_children(directory):
+        if f"{directory}/{name}" not in listed:
+            storage.delete(f"{directory}/{name}")
 
 
 def run_validate(configuration: dict[str, str], *table_name: str) -> subprocess.CompletedProcess[str]:

@@ -14,6 +14,7 @@ from destination.errors import DestinationError, UserActionRequired
 from destination.settings import s3_credentials, s3_retry_attempts
 from destination.storage.base import Storage, StorageSpec, open_storage
 from destination.table_store.datafiles import align, read_data_file
+from destination.table_store.locations import file_dir
 from destination.table_store.store import TableStore
 
 
@@ -69,7 +70,7 @@ def show_table(root: str, name: str, version: int | None, limit: int, s3: dict[s
     for f in current.files:  # read only as many files as the limit needs
         if sum(p.num_rows for p in parts) >= limit:
             break
-        parts.append(align(read_data_file(store.storage, current.directory, f.name), current.table))
+        parts.append(align(read_data_file(store.storage, file_dir(current.directory, f), f.name), current.table))
     rows = pa.concat_tables(parts).slice(0, limit) if parts else None
     print(f"{name} version {current.version}: {current.rows} rows")
     if rows is not None and rows.num_rows:

@@ -2,7 +2,8 @@
 (the `validate` command; the tests use it too). Every problem is one line naming the file.
 
 A records directory (a version `v<N>/` or a change directory `changes/v<N>/`):
-- `_manifest` lists exactly the directory's data files, once each, absolute URLs, true sizes, mandatory;
+- `_manifest` lists exactly the directory's data files, once each, absolute URLs, true sizes, mandatory; a version
+  of the referencing layout also lists the files its `_files.json` places in earlier versions' directories;
 - exactly one `_format_*` file, of the expected format; a `_format_delimited` holds all 13 hints;
 - `_schema.json` == `_schema`, valid against records schema v1, `index` 1..n in key order,
   `known_representations` present;
@@ -10,8 +11,9 @@ A records directory (a version `v<N>/` or a change directory `changes/v<N>/`):
 - Parquet: every file's columns equal the schema fields in order, in types that match;
   delimited with a header row: every file's header names the schema fields in order.
 A table (`validate_table`): commit records 1..N without gaps, each naming its version; the directory of every
-version that retention may not have removed yet; `_table.json` naming the version and `_files.json` the data
-files with their row counts; the change directory a commit record names, in the format its `_changes.json` gives.
+version that retention may not have removed yet (a retired version's directory may keep only data files that later
+versions list); `_table.json` naming the version and `_files.json` the data files, where they are, with their row
+counts; the change directory a commit record names, in the format its `_changes.json` gives.
 """
 from __future__ import annotations
 
@@ -31,7 +33,9 @@ from destination.storage.base import Storage
 from destination.table_model import TableDef
 from destination.table_store import layout, records
 from destination.table_store.datafiles import DataFile, read_data_file
-from destination.table_store.store import Retention, TableStore
+from destination.table_store.locations import file_dir
+from destination.table_store.options import Retention
+from destination.table_store.store import TableStore
 
 _TYPES = {"integer": ("int",), "decimal": ("decimal", "float", "double"), "string": ("string", "binary"),
           "boolean": ("bool",), "date": ("date",), "time": ("time",), "datetime": ("timestamp",),
@@ -44,12 +48,24 @@ HINTS = ("header-row", "field-delimiter", "record-terminator", "compression", "q
 
 
 def validate_version(storage: Storage, directory: str) -> list[str]:
-    return validate_directory(storage, directory, "parquet")
+    return validate_directory(storage, directory, "parquet", _stored_elsewhere(storage, directory))
 
 
-def validate_directory(storage: Storage, directory: str, fmt: str) -> list[str]:
+def _stored_elsewhere(storage: Storage, directory: str) -> dict[str, str]:
+    """`v<K>/<name>` → path of each data file the version lists in another version's directory."""
+    try:
+        listed = json.loads(storage.read_bytes(f"{directory}/{records.FILES_JSON}"))["files"]
+    except (FileNotFoundError, ValueError, KeyError):
+        return {}  # reported by _check_table_files
+    files = [DataFile.from_json(entry) for entry in listed]
+    return {f"{f.stored_in}/{f.name}": f"{file_dir(directory, f)}/{f.name}" for f in files if f.stored_in is not None}
+
+
+def validate_directory(storage: Storage, directory: str, fmt: str, elsewhere: dict[str, str] | None = None) -> list[str]:
     """Problems of the records directory at `directory`, whose data files should be in `fmt` (parquet | delimited);
-    each starts with the name of the file it concerns."""
+    each starts with the name of the file it concerns. `elsewhere`: the data files its manifest may list in other
+    directories (shown name → path)."""
+    elsewhere = elsewhere or {}
     names = storage.list_children(directory)
     if not names:
         return ["(directory): missing or empty"]
@@ -58,14 +74,15 @@ def validate_directory(storage: Storage, directory: str, fmt: str) -> list[str]:
     unknown = [n for n in names if n.startswith("_") and n not in METADATA_FILES and not n.startswith("_format_")]
     problems += [f"{n}: unexpected metadata name (a leftover?)" for n in unknown]
     problems += [f"{n}: data file name contains '='" for n in data_files if "=" in n]
-    problems += _check_manifest(storage, directory, data_files)
+    problems += _check_manifest(storage, directory, data_files, elsewhere)
     fields, schema_problems = _check_schema(storage, directory)
     problems += schema_problems
     if fields is None:
         return problems
     if fmt == "delimited":
         return problems + _check_headers(storage, directory, data_files, list(fields), hints)
-    return problems + [p for name in data_files for p in _check_parquet_columns(storage, directory, name, fields)]
+    located = [(directory, name) for name in data_files] + [tuple(p.rsplit("/", 1)) for p in elsewhere.values()]
+    return problems + [p for folder, name in located for p in _check_parquet_columns(storage, folder, name, fields)]
 
 
 def _check_format(storage: Storage, directory: str, names: list[str], fmt: str) -> tuple[list[str], dict[str, Any]]:
@@ -80,7 +97,7 @@ def _check_format(storage: Storage, directory: str, names: list[str], fmt: str) 
     return [], hints
 
 
-def _check_manifest(storage: Storage, directory: str, data_files: list[str]) -> list[str]:
+def _check_manifest(storage: Storage, directory: str, data_files: list[str], elsewhere: dict[str, str]) -> list[str]:
     try:
         manifest = json.loads(storage.read_bytes(f"{directory}/{records.MANIFEST}"))
     except FileNotFoundError:
@@ -89,6 +106,9 @@ def _check_manifest(storage: Storage, directory: str, data_files: list[str]) -> 
         return [f"{records.MANIFEST}: not JSON ({exc})"]
     entries = manifest.get("entries", [])
     problems = [] if entries else [f"{records.MANIFEST}: no entries (an empty table needs one zero-row file)"]
+    other = {storage.url(path): (shown, path) for shown, path in elsewhere.items()}
+    problems += _check_entries_elsewhere(storage, [e for e in entries if e.get("url") in other], other)
+    entries = [e for e in entries if e.get("url") not in other]
     listed = [str(e.get("url", "")).rsplit("/", 1)[-1] for e in entries]
     for name, entry in zip(listed, entries, strict=True):
         if entry.get("url") != storage.url(f"{directory}/{name}"):
@@ -103,6 +123,25 @@ def _check_manifest(storage: Storage, directory: str, data_files: list[str]) -> 
     problems += [f"{n}: data file not listed in {records.MANIFEST}" for n in sorted(set(data_files) - set(listed))]
     repeated = sorted({n for n in listed if listed.count(n) > 1})
     problems += [f"{records.MANIFEST}: lists {n} more than once" for n in repeated]
+    return problems
+
+
+def _check_entries_elsewhere(storage: Storage, entries: list[dict[str, Any]],
+                             other: dict[str, tuple[str, str]]) -> list[str]:
+    """The manifest's entries for files stored in earlier versions' directories: there, mandatory, true sizes."""
+    problems = []
+    for entry in entries:
+        shown, path = other[entry["url"]]
+        if entry.get("mandatory") is not True:
+            problems.append(f"{records.MANIFEST}: entry {shown} is not mandatory")
+        try:
+            size = storage.size(path)
+        except FileNotFoundError:
+            problems.append(f"{shown}: listed in {records.MANIFEST} but missing")
+            continue
+        if entry.get("meta", {}).get("content_length") != size:
+            problems.append(f"{records.MANIFEST}: content_length of {shown} is "
+                            f"{entry.get('meta', {}).get('content_length')}, the file has {size}")
     return problems
 
 
@@ -191,7 +230,9 @@ def _validate_committed(storage: Storage, prefix: str, n: int, latest: int, rete
         problems.append(f"{log_name}: names version {record.get('version')} in {record.get('directory')!r}, "
                         f"not {n} in {layout.version_dir_name(n)!r}")
     directory = layout.version_dir(prefix, n)
-    if storage.list_children(directory):
+    # retired: no metadata left, at most data files that later versions list (referencing layout)
+    retired = not any(name.startswith("_") for name in storage.list_children(directory))
+    if not retired:
         problems += _within(layout.version_dir_name(n), validate_version(storage, directory)
                             + _check_table_files(storage, directory, n))
     elif not _may_be_retired(storage, prefix, n, latest, retention):
@@ -220,11 +261,15 @@ def _check_table_files(storage: Storage, directory: str, n: int) -> list[str]:
     data_files = {name for name in storage.list_children(directory) if not name.startswith(("_", "."))}
     for entry in listed:
         name = entry.get("name")
-        if name not in data_files:
+        folder = file_dir(directory, DataFile.from_json(entry))
+        if folder == directory and name not in data_files:
             problems.append(f"{records.FILES_JSON}: lists {name}, which is not in the directory")
             continue
+        if folder != directory and not storage.exists(f"{folder}/{name}"):
+            problems.append(f"{records.FILES_JSON}: lists {entry.get('stored_in')}/{name}, which is not there")
+            continue
         try:
-            with storage.open_input(f"{directory}/{name}") as src:
+            with storage.open_input(f"{folder}/{name}") as src:
                 rows = pq.read_metadata(src).num_rows
         except Exception:  # reported as unreadable by the directory check
             continue
@@ -246,7 +291,7 @@ def _check_placement(storage: Storage, directory: str, table: TableDef, files: l
         if not f.rows:
             continue
         try:
-            stored = read_data_file(storage, directory, f.name, [c.name for c in table.entity_key])
+            stored = read_data_file(storage, file_dir(directory, f), f.name, [c.name for c in table.entity_key])
         except Exception:  # reported as unreadable by the directory check
             continue
         keys = key_columns_of(stored, table)

@@ -10,6 +10,14 @@ from destination.placement import TARGET_FILE_BYTES
 from destination.protocol import common
 from destination.settings import ServerOptions
 from destination.storage.base import StorageSpec
+from destination.table_store.options import (
+    KEEP_VERSIONS,
+    LAYOUT_FIELD,
+    LAYOUTS,
+    MIN_AGE_FIELD,
+    MIN_AGE_SECONDS,
+    VERSIONS_FIELD,
+)
 
 TEST_STORAGE = "storage"
 TEST_SPARK = "spark"
@@ -51,6 +59,19 @@ def configuration_form() -> common.ConfigurationFormResponse:
         common.FormField(name="changes_emit_noop_updates", label="Keep no-op updates", required=False,
                          toggle_field=common.ToggleField(), default_value="false",
                          description="Also write updates that change nothing but _fivetran_synced."),
+        common.FormField(name=LAYOUT_FIELD, label="Version layout", required=False,
+                         dropdown_field=common.DropdownField(dropdown_field=list(LAYOUTS)),
+                         description="complete: every v<N>/ holds all its data files (any Parquet reader of the "
+                                     "directory sees the table; on S3 the table is stored once per retained version). "
+                                     "referencing: v<N>/ holds the files it wrote and its _manifest lists the others "
+                                     "where they are (each file stored once; manifest readers only). Empty: "
+                                     "referencing on S3, complete on a local disk."),
+        common.FormField(name=VERSIONS_FIELD, label="Versions kept", required=False, text_field=text.PlainText,
+                         default_value=str(KEEP_VERSIONS),
+                         description="Older versions are removed once superseded for the minimum age."),
+        common.FormField(name=MIN_AGE_FIELD, label="Minimum age of a removed version (seconds)", required=False,
+                         text_field=text.PlainText, default_value=str(int(MIN_AGE_SECONDS)),
+                         description="How long readers of a superseded version can still read its files."),
     ]
     tests = [common.ConfigurationTest(name=TEST_STORAGE, label="Writing, reading and deleting a probe object"),
              common.ConfigurationTest(name=TEST_SPARK, label="Running a Spark job")]

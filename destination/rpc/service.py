@@ -46,8 +46,10 @@ from destination.settings import ServerOptions
 from destination.storage.base import StorageSpec, open_storage
 from destination.storage.s3 import transient_error
 from destination.table_model import DELETED
+from destination.table_store.options import StoreOptions, store_options
 from destination.table_store.store import AlreadyApplied, TableLocks, TableStore
 from destination.write.batches import WRITE_BATCH, WRITE_HISTORY_BATCH, check_mode, files_format, plan_batch
+from destination.write.copies import SparkCopies
 from destination.write.migrations import migrate, migration_target
 from destination.write.progress import current as current_work
 from destination.write.session import get_session, trivial_job
@@ -80,7 +82,7 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
         self.locks = TableLocks()
-        self._stores: dict[StorageSpec, TableStore] = {}
+        self._stores: dict[tuple[StorageSpec, StoreOptions], TableStore] = {}
         self._stores_lock = threading.Lock()
         self._warned_configurations: set[str] = set()
         self.observer = Observer(options)
@@ -97,11 +99,13 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         self._warn_unknown_fields(config)
         spec = storage_spec(config, self.options)
         changes = change_settings(config)
+        stored = store_options(config, spec.is_s3)
         with self._stores_lock:
-            store = self._stores.get(spec)
+            store = self._stores.get((spec, stored))
             if store is None:
-                store = self._stores[spec] = TableStore(open_storage(spec),
-                                                        observer=self.observer.commit_observer(spec.root))
+                store = self._stores[(spec, stored)] = TableStore(
+                    open_storage(spec), stored.retention, observer=self.observer.commit_observer(spec.root),
+                    layout=stored.layout, copies=SparkCopies(self.spark))
         placement = PlacementSettings(target_file_bytes=target_file_bytes(config), scratch=self._scratch())
         return Backend(store, WritePath(store, self.spark, changes, self.options.small_request_bytes, placement))
 

@@ -37,6 +37,7 @@ class DataFile:
     rows: int
     bytes: int
     bucket: int | None  # key-hash bucket; None for the zero-row file of an empty table
+    stored_in: str | None = None  # the version directory (v<N>) holding the file; None: the listing version's own
     min_synced: int | None = None
     max_synced: int | None = None
     key_range: dict[str, list[Any]] | None = None  # per key column: [min, max] in its comparable form (KeyRange)

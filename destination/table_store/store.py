@@ -8,11 +8,13 @@ Commit protocol (docs/ARCHITECTURE.md has the full story):
    next generation `_log/<N+1>.claim.<k+1>` (k: the highest generation there). Of several writers
    taking over one claim only the one that creates it holds the version, and only it clears `v<N+1>/`.
 3. The caller writes its new data files into `v<N+1>/` (Spark tasks do this).
-4. Carry unchanged files forward (hard link / S3 server-side copy), write
-   `_schema.json`, `_schema`, `_format_parquet`, `_files.json`, `_table.json`, then `_manifest` last.
+4. Carry unchanged files forward (complete layout: hard link / S3 server-side copy; referencing layout: list them
+   where they are), write `_schema.json`, `_schema`, `_format_parquet`, `_files.json`, `_table.json`, then
+   `_manifest` last.
 5. Commit: check that this writer still holds the highest claim generation and that every file the
    manifests list is there, then create `_log/<N+1>.json` if absent. Only now is the version visible.
-6. Point `_latest` at it, drop the claim's generations, and apply retention.
+6. Point `_latest` at it, drop the claim's generations, and apply retention (a data file goes only when no
+   retained version lists it).
 If the base moved (someone committed N+1 first, or took the claim over) the caller's work is redone on the new
 base; an attempt never clears a directory it no longer holds or that is committed. A committed version found
 incomplete anyway is skipped by readers (`load` falls back to the newest complete one), refused as a write's
@@ -30,27 +32,35 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol
 
 from destination import logs
 from destination.changes.metadata import ChangeParts, ChangeSet
 from destination.errors import CommitConflict, StorageError, UserActionRequired, WriteAbandoned
-from destination.storage.base import Storage
+from destination.storage.base import Storage, StorageSpec
 from destination.table_model import TableDef
 from destination.table_store import layout, records
 from destination.table_store.datafiles import DataFile, empty_table, write_data_file
+from destination.table_store.locations import file_dir
 from destination.table_store.naming import NAME_OBJECT, decode_name, is_shortened
+from destination.table_store.options import COMPLETE, LAYOUTS, REFERENCING
+from destination.table_store.options import Retention as Retention  # re-exported: callers build stores with it
 
 CLAIM_LEASE_SECONDS = 1800.0
 CLAIM_WAIT_SECONDS = 600.0
 MAX_ATTEMPTS = 8
 COPY_THREADS = 8  # concurrent server-side copies (boto3's connection pool holds 10)
+FAN_OUT_COPIES = 64  # a carry-forward of at least this many S3 files runs as a Spark job of copy tasks (`Copies`)
 RECENT_BATCHES = 20  # batch ids remembered per table to recognise a retried request
 
 FaultHook = Callable[[str], None]
 VERSION_METADATA = (*records.METADATA_FILES, records.MANIFEST)
+# retiring a version removes its metadata in this order: `_manifest` first (no reader takes it for a records
+# directory any more), `_files.json` last (its list of data files is what retention reads, so a retirement that
+# stopped half-way is redone by the next one)
+RETIRE_ORDER = (records.MANIFEST, *(m for m in records.METADATA_FILES if m != records.FILES_JSON), records.FILES_JSON)
 SHOWN_MISSING = 3  # missing files named in a message
 
 
@@ -89,10 +99,13 @@ class Repair:
     version: int
 
 
-@dataclass(frozen=True)
-class Retention:
-    keep_versions: int = 2
-    min_age_seconds: float = 3600.0
+class Copies(Protocol):
+    """Copies (source, target) pairs of storage paths (in the storage of `spec`) for the version being written
+    (`table`, `directory`, `version`); the write layer passes one that fans them out over Spark's executors
+    (destination/write/copies.py)."""
+
+    def __call__(self, spec: StorageSpec, table: TableDef, directory: str, version: int,
+                 pairs: Sequence[tuple[str, str]]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -165,10 +178,18 @@ class AlreadyApplied(Exception):
 class TableStore:
     def __init__(self, storage: Storage, retention: Retention | None = None, fault: FaultHook | None = None,
                  claim_lease_seconds: float = CLAIM_LEASE_SECONDS,
-                 observer: Callable[[CommitEvent], None] | None = None) -> None:
+                 observer: Callable[[CommitEvent], None] | None = None, *, layout: str = COMPLETE,
+                 copies: Copies | None = None) -> None:
+        """`layout`: how new versions hold their unchanged files (destination/table_store/options.py); every
+        version is read whichever layout wrote it. `copies`: how a large S3 carry-forward is fanned out (None:
+        this process's thread pool)."""
+        if layout not in LAYOUTS:
+            raise ValueError(f"unknown layout {layout!r}")
         self.storage = storage
         self._observer = observer or (lambda event: None)
         self.retention = retention or Retention()
+        self.layout = layout
+        self._copies = copies
         self._fault = fault or (lambda step: None)
         self.writer_id = uuid.uuid4().hex  # one writer per store; callers serialise a table's writes (TableLocks)
         self.claim_lease_seconds = claim_lease_seconds
@@ -222,7 +243,7 @@ class TableStore:
             recent_batches=tuple(meta.get("recent_batches", ())),
             change_totals=dict(meta.get("change_totals", {})),
         )
-        missing = self._missing_files(directory, [*VERSION_METADATA, *(f.name for f in loaded.files)])
+        missing = self._missing_of_version(directory, loaded.files)
         return self._uncommitted(schema, table, n, missing) if missing else loaded
 
     def _uncommitted(self, schema: str, table: str, n: int, missing: list[str]) -> TableVersion | None:
@@ -230,6 +251,15 @@ class TableStore:
         if self.storage.exists(layout.log_path(self.table_prefix(schema, table), n)):
             raise IncompleteVersion(self.storage, schema, table, n, missing)
         return None
+
+    def _missing_of_version(self, directory: str, files: Sequence[DataFile]) -> list[str]:
+        """The version's metadata and data files that are not where it lists them (a file stored in another
+        version's directory is named `v<K>/<name>`); one listing per directory."""
+        wanted: dict[str, list[str]] = {directory: list(VERSION_METADATA)}
+        for f in files:
+            wanted.setdefault(file_dir(directory, f), []).append(f.name)
+        return [name if folder == directory else f"{folder.rsplit('/', 1)[1]}/{name}"
+                for folder, names in wanted.items() for name in self._missing_files(folder, names)]
 
     def _missing_files(self, directory: str, names: Sequence[str]) -> list[str]:
         """Which of `names` (relative to directory) are not there; one listing, not a lookup per file."""
@@ -449,15 +479,30 @@ class TableStore:
         s.write_bytes(f"{directory}/{records.MANIFEST}", records.dumps(
             records.manifest_json([(s.url(f"{directory}/{name}"), size) for name, size in changes.files])))
 
-    def _carry_forward(self, source: str, directory: str, files: list[DataFile]) -> None:
-        """Unchanged files into the new version: hard links on disk, server-side copies on S3. A copy's time is
-        spent by the object store, so they run concurrently (one after another, a 10M-row table's 32 files took
-        seconds on every write that touched none of them)."""
-        if not files:
+    def _carry(self, base: TableVersion, table: TableDef, target: int, files: list[DataFile]) -> list[DataFile]:
+        """The base's unchanged files as the new version lists them. Referencing layout: where they are stored
+        (a file of the base's own directory now names it). Complete layout: copied into the new directory, from
+        wherever they are (so a table switched from the referencing layout gets complete versions again)."""
+        if self.layout == REFERENCING:
+            home = layout.version_dir_name(base.version)
+            return [f if f.stored_in is not None else replace(f, stored_in=home) for f in files]
+        directory = layout.version_dir(base.prefix, target)
+        self._carry_forward(table, directory, target,
+                            [(f"{file_dir(base.directory, f)}/{f.name}", f"{directory}/{f.name}") for f in files])
+        return [replace(f, stored_in=None) for f in files]
+
+    def _carry_forward(self, table: TableDef, directory: str, version: int, pairs: list[tuple[str, str]]) -> None:
+        """Hard links on disk, server-side copies on S3. A copy's time is spent by the object store, so they run
+        concurrently (one after another, a 10M-row table's 32 files took seconds on every write that touched none
+        of them); many S3 copies go to `copies` (Spark's executors) when the store has one."""
+        if not pairs:
+            return
+        if self._copies is not None and self.storage.spec.is_s3 and len(pairs) >= FAN_OUT_COPIES:
+            self._copies(self.storage.spec, table, directory, version, pairs)
             return
         try:
-            with ThreadPoolExecutor(max_workers=min(COPY_THREADS, len(files))) as pool:
-                for _ in pool.map(lambda f: self.storage.copy(f"{source}/{f.name}", f"{directory}/{f.name}"), files):
+            with ThreadPoolExecutor(max_workers=min(COPY_THREADS, len(pairs))) as pool:
+                for _ in pool.map(lambda pair: self.storage.copy(*pair), pairs):
                     pass
         except RuntimeError as exc:
             abandoned = _abandoned_by_shutdown(exc)
@@ -473,7 +518,7 @@ class TableStore:
             self._write_changes(prefix, target, pending.changes)
         carried = [f for f in pending.carried if f.rows > 0]
         if base is not None:
-            self._carry_forward(base.directory, directory, carried)
+            carried = self._carry(base, pending.table, target, carried)
         files = [f for f in [*carried, *pending.new_files] if f.rows > 0]
         if not files:  # an empty table is one zero-row data file (Redshift COPY needs a file)
             files = [write_data_file(s, directory, layout.data_file_name(None), empty_table(pending.table),
@@ -489,11 +534,12 @@ class TableStore:
             "schema": schema, "table": pending.table.to_json(), "version": target,
             "committed_at": committed_at, "recent_batches": list(recent), "change_totals": totals}))
         s.write_bytes(f"{directory}/{records.MANIFEST}", records.dumps(
-            records.manifest_json([(s.url(f"{directory}/{f.name}"), f.bytes) for f in files])))
+            records.manifest_json([(s.url(f"{file_dir(directory, f)}/{f.name}"), f.bytes) for f in files])))
         self._fault("before_commit_record")
         self._check_before_commit(prefix, target, generation, files, pending.changes)
         record = {"version": target, "directory": layout.version_dir_name(target), "committed_at": committed_at,
-                  "operation": pending.operation, "batch_id": batch_id, "writer": self.writer_id}
+                  "operation": pending.operation, "batch_id": batch_id, "writer": self.writer_id,
+                  "base": base.version if base is not None else 0, "layout": self.layout}
         if pending.changes is not None:
             record["changes"] = {"directory": f"changes/{layout.version_dir_name(target)}", **pending.changes.summary}
         if not s.create_exclusive(layout.log_path(prefix, target), records.dumps(record)):
@@ -507,7 +553,7 @@ class TableStore:
         """Only the claim's holder commits, and only a version holding every file its manifests list."""
         if not self._holds_claim(prefix, target, generation):
             raise LostClaim(f"{prefix!r}: another writer took over version {target} while this write prepared it")
-        missing = self._missing_files(layout.version_dir(prefix, target), [*VERSION_METADATA, *(f.name for f in files)])
+        missing = self._missing_of_version(layout.version_dir(prefix, target), files)
         if changes is not None:
             directory = layout.changes_dir(prefix, target)
             missing += [f"changes/{name}" for name in self._missing_files(
@@ -543,29 +589,103 @@ class TableStore:
     # ---- retention ---------------------------------------------------------------------------
 
     def collect_garbage(self, prefix: str, latest: int) -> list[str]:
-        """Delete versions older than the newest `keep_versions` once superseded for `min_age_seconds`,
-        and uncommitted leftovers (no commit record, no live claim) older than that age. The change
-        directories of committed versions are kept: consumers read them at their own pace."""
+        """Retire versions older than the newest `keep_versions` once superseded for `min_age_seconds` (oldest
+        first, stopping at the first one still too young), and delete uncommitted leftovers (no commit record, no
+        live claim) older than that age. A retired version loses its metadata and every data file no retained
+        version lists (in the complete layout: its whole directory); files that later versions still list stay
+        in its directory. The change directories of committed versions are kept: consumers read them at their own
+        pace. Returns the version directories retired or deleted."""
         now = time.time()
         removed: list[str] = []
+        retiring: list[int] = []
+        too_young = False  # a committed version still kept: the ones after it are kept too
         keep_from = latest - self.retention.keep_versions + 1
         for name in self.storage.list_children(prefix):
             n = layout.parse_version_dir(name)
             if n is None or n >= keep_from:
                 continue
-            if self.storage.exists(layout.log_path(prefix, n)):
-                superseded_at = self._committed_at(prefix, n + 1)
-                if superseded_at is None or now - superseded_at < self.retention.min_age_seconds:
-                    continue
-            else:
+            if not self.storage.exists(layout.log_path(prefix, n)):
                 newest = max((o.mtime for o in self.storage.list_recursive(f"{prefix}/{name}")), default=0.0)
-                if now - newest < self.retention.min_age_seconds:
-                    continue
-                self.storage.delete_prefix(layout.changes_dir(prefix, n))  # committed versions keep their changes
-            self.storage.delete_prefix(f"{prefix}/{name}")
-            self._drop_claims(prefix, n)
-            removed.append(name)
+                if now - newest >= self.retention.min_age_seconds:
+                    self.storage.delete_prefix(layout.changes_dir(prefix, n))  # committed versions keep theirs
+                    self.storage.delete_prefix(f"{prefix}/{name}")
+                    self._drop_claims(prefix, n)
+                    removed.append(name)
+                continue
+            if too_young or self._retired(prefix, n):
+                continue  # retired before: its directory holds only files that later versions list
+            superseded_at = self._committed_at(prefix, n + 1)
+            too_young = superseded_at is None or now - superseded_at < self.retention.min_age_seconds
+            if not too_young:
+                retiring.append(n)
+        if retiring:
+            listed = self._listed_by_retained(prefix, retiring[-1] + 1, latest)
+            for n in retiring:
+                self._retire(prefix, n, listed)
+                removed.append(layout.version_dir_name(n))
         return removed
+
+    def _retired(self, prefix: str, n: int) -> bool:
+        return not self.storage.exists(f"{layout.version_dir(prefix, n)}/{records.FILES_JSON}")
+
+    def _listed_by_retained(self, prefix: str, first: int, latest: int) -> set[str]:
+        """The paths of the data files that versions `first`..`latest` (the retained ones) list outside their own
+        directories' versions, i.e. every file a retiring version's directory may still have to keep.
+
+        Version m lists the files of its base (the version it was written on) and new files of its own directory,
+        so a file of a version before `first` that a retained version lists is listed by `first` too, unless that
+        version's base is older than `first` (a repair from an older version): `_files.json` is read for `first`
+        and for those only. A write in progress has the latest version as its base, which is retained."""
+        paths: set[str] = set()
+        need = True
+        for m in range(first, latest + 1):
+            base = self._commit_record(prefix, m).get("base")
+            if need or not isinstance(base, int) or base < first:
+                files = self._version_files(prefix, m)
+                need = files is None  # unreadable: its successor lists what it listed (or its own base's)
+                directory = layout.version_dir(prefix, m)
+                paths.update(f"{file_dir(directory, f)}/{f.name}" for f in files or ())
+        return paths
+
+    def _retire(self, prefix: str, n: int, listed: set[str]) -> None:
+        """Delete version n's metadata and the data files it lists or holds that no retained version lists."""
+        s = self.storage
+        directory = layout.version_dir(prefix, n)
+        files = self._version_files(prefix, n) or []
+        elsewhere = {f"{file_dir(directory, f)}/{f.name}" for f in files if f.stored_in is not None}
+        own = [o.path for o in s.list_recursive(directory) if o.path.rsplit("/", 1)[-1] not in VERSION_METADATA]
+        kept = [path for path in own if path in listed]
+        s.delete(f"{directory}/{records.MANIFEST}")
+        emptied: set[str] = set()
+        for path in sorted(elsewhere - listed):
+            s.delete(path)
+            emptied.add(path.rsplit("/", 1)[0])
+        if kept:
+            for path in own:
+                if path not in listed:
+                    s.delete(path)
+            for name in RETIRE_ORDER:
+                s.delete(f"{directory}/{name}")
+        else:
+            s.delete_prefix(directory)
+        for folder in emptied:  # a retired directory whose last listed file went
+            if not s.exists(f"{folder}/{records.FILES_JSON}") and not s.list_children(folder):
+                s.delete_prefix(folder)
+        self._drop_claims(prefix, n)
+
+    def _version_files(self, prefix: str, n: int) -> list[DataFile] | None:
+        try:
+            listing = json.loads(self.storage.read_bytes(f"{layout.version_dir(prefix, n)}/{records.FILES_JSON}"))
+        except (FileNotFoundError, ValueError):
+            return None
+        return [DataFile.from_json(f) for f in listing["files"]]
+
+    def _commit_record(self, prefix: str, n: int) -> dict[str, Any]:
+        try:
+            record = json.loads(self.storage.read_bytes(layout.log_path(prefix, n)))
+        except (FileNotFoundError, ValueError):
+            return {}
+        return record if isinstance(record, dict) else {}
 
     def _committed_at(self, prefix: str, n: int) -> float | None:
         try:

@@ -29,6 +29,7 @@ from destination.settings import SMALL_REQUEST_BYTES
 from destination.storage.base import StorageSpec, open_storage
 from destination.table_model import KEY_RANGES, ColumnDef, TableDef
 from destination.table_store.datafiles import DataFile, align, read_data_file
+from destination.table_store.locations import file_dir
 from destination.table_store.store import PendingVersion, TableStore, TableVersion, VersionTarget
 from destination.type_changes import checked_columns, key_changed
 from destination.type_mapping import normalize_column
@@ -411,7 +412,8 @@ class WritePath:
         def produce(base: TableVersion | None, target: VersionTarget) -> PendingVersion:
             assert base is not None
             storage = self.store.storage
-            parts = [align(read_data_file(storage, base.directory, f.name), base.table) for f in base.files if f.rows]
+            parts = [align(read_data_file(storage, file_dir(base.directory, f), f.name), base.table)
+                     for f in base.files if f.rows]
             stored = pa.concat_tables(parts) if parts else align(pa.table({}), base.table)
             converted, _ = convert_table(stored, base.table, new, target.version)
             nulls_in_key = [c for c in new.key_columns if converted.column(c).null_count]
