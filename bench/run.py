@@ -344,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small-sync-rows", type=int, default=10_000, help="rows of each small sync")
     parser.add_argument("--layout", help="the `layout` configuration field passed to the server (complete | referencing)")
     parser.add_argument("--target-file-size", help="the `target_file_size` configuration field, e.g. 128MiB")
+    parser.add_argument("--retention-min-age-seconds",
+                        help="the `retention_min_age_seconds` configuration field (stored bytes depend on it)")
     parser.add_argument("--duckdb-memory", default="8GB", help="DuckDB's memory limit (it spills beyond it)")
     parser.add_argument("--cache", default=str(DEFAULT_CACHE), help="generated batch files, kept between runs")
     parser.add_argument("--work", help="working directory (default: a temporary one, removed at the end)")
@@ -358,7 +360,8 @@ def main(argv: list[str] | None = None) -> int:
                      Path(args.report or "docs/BENCHMARKS.md"))
         return 0
     groups = selected_groups(args.scenarios)
-    extra = {k: v for k, v in (("layout", args.layout), ("target_file_size", args.target_file_size)) if v}
+    extra = {k: v for k, v in (("layout", args.layout), ("target_file_size", args.target_file_size),
+                               ("retention_min_age_seconds", args.retention_min_age_seconds)) if v}
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="records-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     run = Run(args.rows, shape={"groups": sorted(groups), "small_rows": args.small_rows[0],
