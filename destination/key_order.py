@@ -39,8 +39,10 @@ def sorted_rows(table: pa.Table, table_def: TableDef, extra: Sequence[str] = ())
     """`table` in key order (then by the `extra` columns); a stable sort."""
     if table.num_rows <= 1:
         return table
-    order = pc.sort_indices(table, sort_keys=[*sort_keys(table_def), *((c, "ascending") for c in extra)])
-    return table.take(order)
+    order = pc.sort_indices(table, sort_keys=[*sort_keys(table_def), *((c, "ascending") for c in extra)]).to_numpy()
+    if np.array_equal(order, np.arange(len(order))):  # already in order (growing keys, ordered files): no copy
+        return table
+    return table.take(pa.array(order))
 
 
 def key_columns_of(table: pa.Table, table_def: TableDef) -> pa.Table:
