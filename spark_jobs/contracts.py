@@ -153,7 +153,8 @@ class HistoryRewriteUnit:
 
 @dataclass(frozen=True, kw_only=True)
 class LatestVersionsUnit:
-    """HISTORY_TO_SOFT_DELETE for one bucket (every version of a key is in one bucket)."""
+    """HISTORY_TO_SOFT_DELETE for one file, or one bucket of a table still in key-hash buckets (every version of a
+    key is in one of them)."""
 
     bucket: int
     files: tuple[DataFile, ...]

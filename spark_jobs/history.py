@@ -1,4 +1,4 @@
-"""The per-bucket history-mode merge, pure Arrow: apply one WriteHistoryBatch to a bucket's versions.
+"""The history-mode merge of one key range, pure Arrow: apply one WriteHistoryBatch to the range's versions.
 
 A history table keeps every version of a row; the entity key is the primary key
 without `_fivetran_start` (spark_jobs.merge.key_columns). One request applies, in
@@ -38,7 +38,7 @@ from spark_jobs.operations import CHANGES, KEY, OP, OP_DELETE, OP_EARLIEST, OP_R
 
 TMAX_US = 253402300799999000  # 9999-12-31T23:59:59.999Z, the end of an active version
 ONE_MS_US = 1000
-_ROW = "\x00row"  # position of a stored row in the bucket's input (NULL for a new version)
+_ROW = "\x00row"  # position of a stored row in the range's input (NULL for a new version)
 _TS = pa.timestamp("us", tz="UTC")
 
 
@@ -73,8 +73,8 @@ def restamp(table: pa.Table, mask: np.ndarray, version: int) -> pa.Table:
     return set_column(table, DESTINATION_META, row_meta.restamp(meta, mask, version))
 
 
-class _Bucket:
-    """The bucket's versions while the request applies; `_ROW` tracks which stored rows changed."""
+class _Versions:
+    """The range's versions while the request applies; `_ROW` tracks which stored rows changed."""
 
     def __init__(self, stored: pa.Table, table_def: TableDef, version: int) -> None:
         self.table_def = table_def
@@ -278,24 +278,24 @@ def _fill_open_versions(rows: pa.Table) -> pa.Table:
     return set_column(rows, ACTIVE, pc.coalesce(rows.column(ACTIVE), pa.array(ends == TMAX_US)))
 
 
-def merge_history_bucket(stored: pa.Table, ops: pa.Table, table_def: TableDef, version: int,
+def merge_history_rows(stored: pa.Table, ops: pa.Table, table_def: TableDef, version: int,
                          track_changes: bool = False) -> MergeResult:
-    """Apply one request's history operations (one bucket) to the bucket's stored versions that may be affected.
+    """Apply one request's history operations (one key range) to the range's stored versions that may be affected.
 
     Every step works per key, so only the versions of the request's keys take part; the others are carried
-    through as they are (in a large table's bucket they are nearly all of it, and each step copies what takes
+    through as they are (in a large range they are nearly all of it, and each step copies what takes
     part)."""
     involved, untouched = _split_by_keys(stored, ops, table_def)
-    bucket = _Bucket(involved, table_def, version)
+    versions = _Versions(involved, table_def, version)
     op = ops.column(OP)
-    bucket.earliest(ops.filter(pc.equal(op, OP_EARLIEST)))
-    touched = bucket.insert(ops.filter(pc.or_(pc.equal(op, OP_REPLACE), pc.equal(op, OP_UPDATE))))
-    bucket.chain(touched)
-    bucket.delete(ops.filter(pc.equal(op, OP_DELETE)))
-    result = bucket.result(track_changes)
+    versions.earliest(ops.filter(pc.equal(op, OP_EARLIEST)))
+    touched = versions.insert(ops.filter(pc.or_(pc.equal(op, OP_REPLACE), pc.equal(op, OP_UPDATE))))
+    versions.chain(touched)
+    versions.delete(ops.filter(pc.equal(op, OP_DELETE)))
+    result = versions.result(track_changes)
     if not untouched.num_rows:
         return result
-    carried = untouched.select(bucket.schema.names).cast(bucket.schema)
+    carried = untouched.select(versions.schema.names).cast(versions.schema)
     return replace(result, table=pa.concat_tables([carried, result.table]))
 
 

@@ -1,8 +1,8 @@
 """Row transforms of the history-mode migrations (schema-migration-helper-service.md), pure Arrow.
 
 Each runs inside a Spark task on rows already converted to the new table definition
-(spark_jobs.alter.convert_table). All versions of a key share a bucket, so the one
-transform that needs them together (`latest_versions`) runs per bucket; the others
+(spark_jobs.alter.convert_table). All versions of a key share a file (a bucket in older tables), so the
+one transform that needs them together (`latest_versions`) runs per file; the others
 are row-local and run per file.
 """
 from __future__ import annotations
@@ -69,7 +69,7 @@ def to_history(table: pa.Table, deleted: np.ndarray, start_us: int) -> pa.Table:
 
 
 def latest_versions(table: pa.Table, history_def: TableDef) -> tuple[pa.Table, np.ndarray]:
-    """HISTORY_TO_SOFT_DELETE, per bucket: the latest version (greatest start) of every key, and whether it was
+    """HISTORY_TO_SOFT_DELETE, per file (or bucket): the latest version (greatest start) of every key, and whether it was
     deleted (not active). Every other version is dropped."""
     if table.num_rows == 0:
         return table, np.zeros(0, dtype=bool)

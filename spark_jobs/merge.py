@@ -1,5 +1,5 @@
-"""The per-bucket merge, pure Arrow: apply one request's operations (spark_jobs.operations) to a bucket's stored
-rows.
+"""The merge of one key range, pure Arrow: apply one request's operations (spark_jobs.operations) to the range's
+stored rows.
 
 Operations apply in `SEQ` order (replace files, then update files, then delete files, rows in file order). Rows
 repeating a key are split into rounds (1st occurrence of each key, 2nd, …); within a round keys are unique so
@@ -40,7 +40,7 @@ class MergeCounts:
 
 @dataclass
 class MergeResult:
-    table: pa.Table  # the bucket's rows after the merge, in the file schema
+    table: pa.Table  # the range's rows after the merge, in the file schema
     counts: MergeCounts = field(default_factory=MergeCounts)
     # with change tracking: the stored rows the request replaced or removed, and the rows it wrote
     # (destination.changes.events.pair_changes turns them into the version's events)
@@ -49,7 +49,7 @@ class MergeResult:
 
 
 def key_columns(table_def: TableDef) -> list[ColumnDef]:
-    """The entity key (TableDef.entity_key): what buckets and merges match rows on."""
+    """The entity key (TableDef.entity_key): what ranges and merges match rows on."""
     return table_def.entity_key
 
 
@@ -109,9 +109,9 @@ def _apply_round(state: pa.Table, state_keys: pa.Array, ops: pa.Table, table_def
     return state, state_keys
 
 
-def merge_bucket(stored: pa.Table, ops: pa.Table, table_def: TableDef, version: int,
+def merge_rows(stored: pa.Table, ops: pa.Table, table_def: TableDef, version: int,
                  track_changes: bool = False) -> MergeResult:
-    """Apply `ops` (one bucket of one request) to `stored` (the bucket's rows that may be affected)."""
+    """Apply `ops` (one key range of one request) to `stored` (the range's rows that may be affected)."""
     schema = arrow_schema(table_def.columns)
     state = stored.select(schema.names).cast(schema) if stored.num_rows else schema.empty_table()
     state_keys = key_tokens(state, key_columns(table_def)) if state.num_rows else pa.array([], pa.string())

@@ -33,8 +33,8 @@ from destination.table_model import TableDef
 from destination.table_store.datafiles import DataFile, align, read_data_file, write_sorted_files
 from destination.table_store.locations import file_dir
 from spark_jobs.contracts import DecodedCounts, FilesWritten, JobContext, RangeUnit, RunSource, SortedRun
-from spark_jobs.history import merge_history_bucket
-from spark_jobs.merge import merge_bucket
+from spark_jobs.history import merge_history_rows
+from spark_jobs.merge import merge_rows
 from spark_jobs.operations import KEY, OP, OP_REPLACE, SEQ, file_operations, from_ipc, replace_operations
 
 RUN_BATCH_ROWS = 16_384  # rows per record batch of a staged run: the granularity units read runs at
@@ -156,7 +156,7 @@ def merge_range_task(ctx: JobContext, unit: RangeUnit) -> FilesWritten:
     kept = [f for f in unit.files if f not in rewrite]
     parts = [_read_part(ctx, storage, f, unit) for f in rewrite]
     stored = pa.concat_tables(parts) if parts else align(pa.table({}), table_def)
-    merge = merge_history_bucket if table_def.is_history else merge_bucket
+    merge = merge_history_rows if table_def.is_history else merge_rows
     result = merge(stored, ops, table_def, ctx.version, track_changes=ctx.tracks_row_changes)
     counts = result.counts.as_dict()
     changes: tuple[ChangeFile, ...] = ()

@@ -1,4 +1,5 @@
-"""What one Spark task does: read a bucket's (or a file's) stored rows, transform, write new files.
+"""What one Spark task does per file: read its stored rows, transform, write new files (the write path's range tasks
+are in spark_jobs/range_tasks.py).
 
 Everything a task needs travels in its typed unit and the job's context (spark_jobs.contracts); the task opens
 the store itself through pyarrow/boto3, so the same code runs in local mode and on a cluster whose executors
@@ -126,7 +127,7 @@ def history_rewrite_task(ctx: JobContext, unit: HistoryRewriteUnit) -> FilesWrit
 
 
 def latest_versions_task(ctx: JobContext, unit: LatestVersionsUnit) -> FilesWritten:
-    """HISTORY_TO_SOFT_DELETE for one bucket: the latest version of every key, deleted = not active (dropped
+    """HISTORY_TO_SOFT_DELETE for one file (or bucket): the latest version of every key, deleted = not active (dropped
     unless deleted rows are kept)."""
     storage = open_storage(ctx.storage)
     old_def = unit.old_table

@@ -13,7 +13,7 @@ import pyarrow as pa
 from destination.keys import key_tokens
 from destination.table_model import ColumnDef, TableDef
 from destination.type_mapping import arrow_schema
-from spark_jobs.history import TMAX_US, merge_history_bucket
+from spark_jobs.history import TMAX_US, merge_history_rows
 from spark_jobs.merge import key_columns
 from spark_jobs.operations import CHANGES, KEY, OP, OP_DELETE, OP_EARLIEST, OP_REPLACE, OP_UPDATE, SEQ, UNMOD
 
@@ -55,14 +55,14 @@ def ops(*rows: tuple[int, dict[str, Any], set[str]]) -> pa.Table:
 
 
 def merged(before: pa.Table, request: pa.Table) -> list[tuple[Any, ...]]:
-    result = merge_history_bucket(before, request, TABLE, version=2)
+    result = merge_history_rows(before, request, TABLE, version=2)
     return sorted((r["id"], r["name"], r["_fivetran_start"], r["_fivetran_end"], r["_fivetran_active"])
                   for r in result.table.to_pylist())
 
 
 def test_a_version_with_an_existing_start_replaces_it() -> None:
     base = stored(version(1, "a", at(10)))
-    result = merge_history_bucket(base, ops((OP_REPLACE, version(1, "b", at(10)), set())), TABLE, 2, track_changes=True)
+    result = merge_history_rows(base, ops((OP_REPLACE, version(1, "b", at(10)), set())), TABLE, 2, track_changes=True)
     assert [(r["name"], r["_fivetran_start"]) for r in result.table.to_pylist()] == [("b", at(10))]
     assert (result.counts.inserted, result.counts.updated) == (0, 1)
     assert result.before is not None and result.before.column("name").to_pylist() == ["a"]
@@ -105,7 +105,7 @@ def test_delete_without_end_uses_its_synced_and_stamps_it() -> None:
     request = ops((OP_DELETE, {"id": 1, "_fivetran_synced": at(50)}, set()),
                   (OP_DELETE, {"id": 1, "_fivetran_end": at(60), "_fivetran_synced": at(60)}, set()),
                   (OP_DELETE, {"id": 3, "_fivetran_end": at(60), "_fivetran_synced": at(60)}, set()))
-    result = merge_history_bucket(base, request, TABLE, 2)
+    result = merge_history_rows(base, request, TABLE, 2)
     rows = {r["id"]: r for r in result.table.to_pylist()}
     assert (rows[1]["_fivetran_end"], rows[1]["_fivetran_active"], rows[1]["_fivetran_synced"]) == (at(50), False, at(50))
     assert rows[2]["_fivetran_active"] is True
@@ -114,7 +114,7 @@ def test_delete_without_end_uses_its_synced_and_stamps_it() -> None:
 
 def test_update_of_a_key_without_versions_inserts_nothing_even_when_repeated() -> None:
     request = ops((OP_UPDATE, version(4, "x", at(10)), {"name"}), (OP_UPDATE, version(4, "y", at(20)), set()))
-    result = merge_history_bucket(stored(), request, TABLE, 2)
+    result = merge_history_rows(stored(), request, TABLE, 2)
     assert result.table.num_rows == 0
     assert result.counts.ignored == 2
 
@@ -124,7 +124,7 @@ def test_earliest_removes_later_versions_and_reports_both_images() -> None:
                   version(1, "b", at(20)), version(2, "z", at(5)))
     request = ops((OP_EARLIEST, {"id": 1, "_fivetran_start": at(15)}, set()),
                   (OP_REPLACE, version(1, "c", at(15)), set()))
-    result = merge_history_bucket(base, request, TABLE, 2, track_changes=True)
+    result = merge_history_rows(base, request, TABLE, 2, track_changes=True)
     assert (result.counts.deleted, result.counts.updated, result.counts.inserted) == (1, 1, 1)
     assert result.before is not None and sorted(result.before.column("name").to_pylist()) == ["a", "b"]
     # written: the new version and the earlier one it closed; the untouched key 2 is on neither side
