@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from destination.table_model import START, ColumnDef, TableDef
+from destination.table_model import START, TableDef
 from destination.type_mapping import arrow_type
 
 KeyJson = list[Any]  # one key: a JSON value per entity-key column
@@ -53,7 +53,7 @@ def key_columns_of(table: pa.Table, table_def: TableDef) -> pa.Table:
 
 # ---- keys as JSON: exact, readable, and back in the column type ----------------------------------------------
 
-def _to_json(value: Any, col: ColumnDef, arrow: pa.DataType) -> Any:
+def _to_json(value: Any, arrow: pa.DataType) -> Any:
     if value is None:
         return None
     if pa.types.is_binary(arrow) or pa.types.is_large_binary(arrow):
@@ -85,7 +85,7 @@ def keys_to_json(keys: pa.Table, table_def: TableDef) -> list[KeyJson]:
         if as_int is not None:
             columns.append(values.cast(as_int).to_pylist())
         else:
-            columns.append([_to_json(v, col, arrow) for v in values.to_pylist()])
+            columns.append([_to_json(v, arrow) for v in values.to_pylist()])
     return [list(row) for row in zip(*columns, strict=True)] if columns else []
 
 

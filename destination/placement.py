@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -59,9 +59,6 @@ class Plan:
 
     units: list[PlannedUnit]
     bounds: pa.Table
-    table_def: TableDef
-    skipped_files: int = 0  # stored files outside every unit that has work (computed by callers)
-    notes: dict[str, int] = field(default_factory=dict)
 
     def unit_of(self, keys: pa.Table) -> np.ndarray:
         """The unit each key (entity-key columns) falls in."""
@@ -176,12 +173,11 @@ def plan_units(files: Sequence[DataFile], sample: KeySample, table_def: TableDef
             parts = math.ceil((total + stored_rows) / per_unit)
             bound_positions += [lo_i + c for c in _cuts(w, max(1, total // parts))]
 
-    bound_keys = [keys_to_json(keys.take(bound_positions), table_def)] if bound_positions else []
-    bounds_json = sorted_unique([*(b for group in bound_keys for b in group),
-                                 *(firsts_json[s] for s in bound_first_of)], table_def)
+    bound_keys = keys_to_json(keys.take(bound_positions), table_def) if bound_positions else []
+    bounds_json = sorted_unique([*bound_keys, *(firsts_json[s] for s in bound_first_of)], table_def)
     bounds = keys_from_json(bounds_json, table_def)
     units = _units(bounds_json, bounds, segments, firsts, lasts, table_def)
-    return Plan(units=units, bounds=bounds, table_def=table_def)
+    return Plan(units=units, bounds=bounds)
 
 
 def sorted_unique(keys: list[KeyJson], table_def: TableDef) -> list[KeyJson]:
@@ -194,7 +190,7 @@ def sorted_unique(keys: list[KeyJson], table_def: TableDef) -> list[KeyJson]:
     ordered = table.take(order)
     below = count_bounds_below(ordered, ordered, inclusive=False)  # equal keys have equal counts
     seen = -1
-    for i, k in zip(range(len(order)), order, strict=True):
+    for i, k in enumerate(order):
         if below[i] != seen:
             out.append(keys[k])
             seen = int(below[i])

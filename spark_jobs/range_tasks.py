@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
@@ -51,24 +52,17 @@ def sort_run_task(ctx: JobContext, unit: RunSource) -> SortedRun:
     """Stage 1: one batch file's operations (or a stored file's rows) in key order, staged as an IPC file."""
     started = time.perf_counter()
     table_def = ctx.table
-    counts: DecodedCounts | None = None
-    if unit.ref is not None:
-        assert unit.fmt is not None
-        ops = file_operations(table_def, unit.ref, unit.fmt)
-        rows = pa.concat_tables(ops.parts) if ops.parts else None
-        if rows is not None:
-            rows = sorted_rows(rows, table_def, extra=(SEQ,))
-        counts = DecodedCounts(rows=ops.rows, failures_by_column=ops.failures_by_column, seconds=0.0)
-    else:
-        assert unit.stored is not None
+    compression = None if ctx.scratch is not None else RUN_COMPRESSION
+    if unit.stored is not None:
         stored = read_data_file(open_storage(ctx.storage), file_dir(ctx.read_dir, unit.stored), unit.stored.name)
-        rows = sorted_rows(align(stored, table_def), table_def)
-    run = _stage(_scratch(ctx), unit.run_path, rows, table_def, None if ctx.scratch is not None else RUN_COMPRESSION)
-    if counts is not None:
-        counts = DecodedCounts(rows=counts.rows, failures_by_column=counts.failures_by_column,
-                               seconds=time.perf_counter() - started)
-    return SortedRun(run_path=run.run_path, rows=run.rows, bytes=run.bytes, batch_rows=run.batch_rows,
-                     batch_first=run.batch_first, batch_last=run.batch_last, counts=counts)
+        return _stage(_scratch(ctx), unit.run_path, sorted_rows(align(stored, table_def), table_def), table_def,
+                      compression)
+    assert unit.ref is not None and unit.fmt is not None
+    ops = file_operations(table_def, unit.ref, unit.fmt)
+    rows = sorted_rows(pa.concat_tables(ops.parts), table_def, extra=(SEQ,)) if ops.parts else None
+    run = _stage(_scratch(ctx), unit.run_path, rows, table_def, compression)
+    return replace(run, counts=DecodedCounts(rows=ops.rows, failures_by_column=ops.failures_by_column,
+                                             seconds=time.perf_counter() - started))
 
 
 def _stage(storage: Storage, path: str, rows: pa.Table | None, table_def: TableDef,
@@ -146,11 +140,9 @@ def merge_range_task(ctx: JobContext, unit: RangeUnit) -> FilesWritten:
         written = _write(ctx, storage, incoming if incoming is not None else align(pa.table({}), table_def), [])
         return FilesWritten(new_files=tuple(written), counts={"rows": incoming.num_rows if incoming else 0},
                             seconds=time.perf_counter() - started)
-    ops = incoming if incoming is not None else None
-    if ops is None and not unit.compact:
+    if incoming is None and not unit.compact:
         return FilesWritten(counts={"units": 1}, seconds=time.perf_counter() - started)
-    if ops is None:
-        ops = _no_operations(ctx)
+    ops = incoming if incoming is not None else _no_operations(ctx)
     op_keys = key_columns_of(ops, table_def)
     rewrite = [f for f in unit.files if unit.compact or _must_rewrite(ctx, storage, f, ops, op_keys)]
     kept = [f for f in unit.files if f not in rewrite]

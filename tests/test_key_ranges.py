@@ -1,5 +1,7 @@
-"""Per-file key ranges (destination.table_store.datafiles): a file is skipped only when none of a request's keys
-can be in it, for every key type that keeps a range, composite keys, history entity keys, NULLs and NaN."""
+"""The per-column key ranges of `_files.json` (destination.table_store.datafiles.key_range): each key column's
+min and max in the form JSON keeps exactly, for every key type that keeps one, composite and history keys, and
+none where NaN, infinity, NULL-only or long text leave no exact bound. (Placement routes keys by each file's first
+and last key instead: tests/test_placement.py.)"""
 from __future__ import annotations
 
 import datetime as dt
@@ -9,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from destination.table_model import ColumnDef, TableDef
-from destination.table_store.datafiles import key_range, may_hold, union_range
+from destination.table_store.datafiles import key_range
 from destination.type_mapping import arrow_type
 
 
@@ -31,45 +33,42 @@ CASES = [
 ]
 
 
+def _json_form(value: object) -> object:
+    """What `key_range` keeps of a value: days, µs, text for decimals, the value otherwise."""
+    if isinstance(value, dt.datetime):
+        return round((value - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)).total_seconds() * 1_000_000)
+    if isinstance(value, dt.date):
+        return (value - dt.date(1970, 1, 1)).days
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    return value
+
+
 @pytest.mark.parametrize("col,stored,outside,inside", CASES, ids=lambda v: v.type if isinstance(v, ColumnDef) else "")
-def test_a_file_is_skipped_only_when_no_key_can_be_in_it(col, stored, outside, inside) -> None:  # type: ignore[no-untyped-def]
+def test_the_range_is_the_files_min_and_max_in_json_form(col, stored, outside, inside) -> None:  # type: ignore[no-untyped-def]
     table = TableDef("t", (col,))
-    kr = key_range(table_of([col], [{col.name: v} for v in stored]), table)
-    assert kr is not None and col.name in kr
-    assert may_hold(table_of([col], [{col.name: v} for v in outside]), kr, table) is False
-    assert may_hold(table_of([col], [{col.name: v} for v in outside + inside]), kr, table) is True
+    kr = key_range(table_of([col], [{col.name: v} for v in stored + inside]), table)
+    assert kr == {col.name: [_json_form(min(stored + inside)), _json_form(max(stored + inside))]}
+    assert key_range(table_of([col], []), table) is None
 
 
 def test_composite_and_history_keys() -> None:
     a, b = ColumnDef("a", "INT", True), ColumnDef("b", "STRING", True)
     table = TableDef("t", (a, b))
-    kr = key_range(table_of([a, b], [{"a": 1, "b": "x"}, {"a": 5, "b": "z"}]), table)
-    # inside the range of a but outside that of b: cannot be in the file
-    assert may_hold(table_of([a, b], [{"a": 3, "b": "w"}]), kr, table) is False
-    assert may_hold(table_of([a, b], [{"a": 3, "b": "y"}]), kr, table) is True
+    kr = key_range(table_of([a, b], [{"a": 1, "b": "z"}, {"a": 5, "b": "x"}]), table)
+    assert kr == {"a": [1, 5], "b": ["x", "z"]}, "each column's own min and max"
     start = ColumnDef("_fivetran_start", "UTC_DATETIME", True)
     history = TableDef("h", (a, start))
     hr = key_range(table_of([a, start], [{"a": 1, "_fivetran_start": dt.datetime(2024, 1, 1)}]), history)
     assert hr is not None and list(hr) == ["a"], "versions are matched on the entity key, not on their start"
 
 
-def test_nulls_nan_and_long_text_keep_the_file_read() -> None:
+def test_nan_null_and_long_text_keep_no_range() -> None:
     x = ColumnDef("x", "DOUBLE", True)
     table = TableDef("t", (x,))
-    kr = key_range(table_of([x], [{"x": 1.0}, {"x": float("nan")}]), table)
-    assert may_hold(table_of([x], [{"x": float("nan")}]), kr, table) is True
+    assert key_range(table_of([x], [{"x": 1.0}, {"x": float("inf")}]), table) is None
     s = ColumnDef("s", "STRING")  # a keyless table keys on every column, NULLs included
     keyless = TableDef("k", (s,))
-    kr = key_range(table_of([s], [{"s": "m"}]), keyless)
-    assert may_hold(table_of([s], [{"s": None}]), kr, keyless) is True
+    assert key_range(table_of([s], [{"s": None}]), keyless) is None
+    assert key_range(table_of([s], [{"s": "m"}, {"s": None}]), keyless) == {"s": ["m", "m"]}
     assert key_range(table_of([s], [{"s": "x" * 300}]), keyless) is None
-    assert may_hold(table_of([s], [{"s": "a"}]), None, keyless) is True  # files from before ranges existed
-
-
-def test_ranges_of_row_groups_combine() -> None:
-    col = ColumnDef("amount", "DECIMAL", True, 12, 2)
-    table = TableDef("t", (col,))
-    first = key_range(table_of([col], [{"amount": decimal.Decimal("10.00")}]), table)
-    second = key_range(table_of([col], [{"amount": decimal.Decimal("9.50")}, {"amount": decimal.Decimal("100.25")}]), table)
-    assert union_range(first, second, table) == {"amount": ["9.50", "100.25"]}
-    assert union_range(first, None, table) is None

@@ -20,6 +20,7 @@ import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from destination.protocol import sdk_grpc
 from destination.rpc.server import start_status
 from destination.rpc.service import DestinationService
 from destination.storage.base import open_storage
@@ -180,9 +181,18 @@ def png_size(path: Path) -> tuple[int, int]:
 def test_status_page_in_headless_chromium(grpc_server: str, status_url: str, tmp_path: Path) -> None:
     run_tester(grpc_server, "paged", tmp_path / "root", tmp_path / "batches")
     store = TableStore(open_storage(spec_of({"root": str(tmp_path / "root")})))
+    # a request whose configuration carries credentials: the page names its root, never its secret
+    secret = "never-on-the-page-8f3a"
+    configuration = {"root": str(tmp_path / "root"), "aws_access_key_id": "AKIA-on-no-page",
+                     "aws_secret_access_key": secret}
+    with grpc.insecure_channel(grpc_server) as channel:
+        create(sdk_grpc.DestinationConnectorStub(channel), configuration, "paged", table("with_secret", [("id", "INT", True)]))
     names = store.list_tables("paged")
     content_type, html = get(f"{status_url}/")
-    assert content_type.startswith("text/html") and "secret" not in html.lower()
+    assert content_type.startswith("text/html") and "with_secret" in html
+    for page in (html, get(f"{status_url}/api/status")[1],
+                 get(f"{status_url}/table?root={tmp_path / 'root'}&schema=paged&table=with_secret")[1]):
+        assert secret not in page and "AKIA-on-no-page" not in page
 
     with chromium(1280, 900) as browser:
         browser.get(f"{status_url}/")

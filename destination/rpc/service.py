@@ -53,7 +53,7 @@ from destination.write.copies import SparkCopies
 from destination.write.migrations import migrate, migration_target
 from destination.write.progress import current as current_work
 from destination.write.session import get_session, trivial_job
-from destination.write.staging import staged_for_executors
+from destination.write.staging import staged_for_executors, stages_files
 from destination.write.write_path import PlacementSettings, WritePath
 
 TARGET_LOCK_SECONDS = 600.0
@@ -111,7 +111,7 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
 
     def _scratch(self) -> StorageSpec | None:
         """Sorted runs go to a local directory when the executors are local; else to the table's storage."""
-        if not self.options.spark_master.startswith("local"):
+        if stages_files(self.options.spark_master):
             return None
         return StorageSpec(root=self.options.scratch_dir, s3_retry_attempts=self.options.s3_retry_attempts)
 
@@ -251,6 +251,8 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
             self.observer.batch(rpc, work, plan)
         started = time.perf_counter()
         try:
+            if plan.batch_id in current.recent_batches:  # a retry: known before anything is staged for a cluster
+                raise AlreadyApplied(current.version)  # (the store checks again under its claim, for races)
             with staged_for_executors(plan, backend.store.storage, self.options.spark_master) as staged_plan:
                 staging_seconds = time.perf_counter() - started
                 outcome = backend.writer.write_batch(schema, table, staged_plan, rpc)

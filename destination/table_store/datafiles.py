@@ -4,7 +4,6 @@ Used both by the server (empty tables, carried files) and inside Spark tasks.
 """
 from __future__ import annotations
 
-import decimal
 import math
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -61,10 +60,10 @@ def synced_range(table: pa.Table) -> tuple[int | None, int | None]:
     return mm["min"].as_py(), mm["max"].as_py()
 
 
-# ---- key ranges: which files a request's keys can be in (read no key column of the others) ------------------
-# Values are compared in a form JSON keeps exactly: integers for integer, date, time and timestamp columns (days,
-# µs), floats for FLOAT/DOUBLE, text for strings and decimals (compared as decimals). Other key types, and text
-# longer than RANGE_TEXT_LIMIT, keep no range: their files are always read.
+# ---- per key column min/max (`key_range` in _files.json): a statistic for readers and tools. Placement uses each
+# file's first and last key (destination.key_order). Values are kept in a form JSON keeps exactly: integers for
+# integer, date, time and timestamp columns (days, µs), floats for FLOAT/DOUBLE, text for strings and decimals. Other
+# key types, NaN or infinite bounds, and text longer than RANGE_TEXT_LIMIT keep no range.
 RANGE_TEXT_LIMIT = 256
 _INTEGRAL = ("SHORT", "INT", "LONG", "NAIVE_DATE", "NAIVE_TIME", "NAIVE_DATETIME", "UTC_DATETIME")
 _TEXTUAL = ("STRING", "JSON", "XML")
@@ -78,11 +77,6 @@ def _comparable(values: pa.Array | pa.ChunkedArray, col: ColumnDef) -> pa.Array 
     if col.type in _TEXTUAL or col.type == "DECIMAL":
         return values
     return None
-
-
-def _bound(value: Any, col: ColumnDef) -> Any:
-    """A JSON bound back to what _comparable's values compare with."""
-    return decimal.Decimal(value) if col.type == "DECIMAL" else value
 
 
 def key_range(table: pa.Table, table_def: TableDef) -> dict[str, list[Any]] | None:
@@ -103,40 +97,6 @@ def key_range(table: pa.Table, table_def: TableDef) -> dict[str, list[Any]] | No
             continue
         out[col.name] = [lo, hi]
     return out or None
-
-
-def union_range(a: dict[str, list[Any]] | None, b: dict[str, list[Any]] | None,
-                table_def: TableDef) -> dict[str, list[Any]] | None:
-    """The range covering both (only columns both have a range for)."""
-    if a is None or b is None:
-        return None
-    out = {}
-    for col in table_def.entity_key:
-        if col.name in a and col.name in b:
-            (lo1, hi1), (lo2, hi2) = a[col.name], b[col.name]
-            lo = lo1 if _bound(lo1, col) <= _bound(lo2, col) else lo2
-            hi = hi1 if _bound(hi1, col) >= _bound(hi2, col) else hi2
-            out[col.name] = [lo, hi]
-    return out or None
-
-
-def may_hold(ops: pa.Table, key_range: dict[str, list[Any]] | None, table_def: TableDef) -> bool:
-    """Whether a file with `key_range` can hold one of the keys in `ops` (False: none of them)."""
-    if not key_range or not ops.num_rows:
-        return bool(ops.num_rows)
-    inside = pa.array(np.ones(ops.num_rows, dtype=bool))
-    for col in table_def.entity_key:
-        if col.name not in key_range:
-            continue
-        values = _comparable(ops.column(col.name), col)
-        if values is None:  # a key type that keeps no range does not narrow the file down
-            continue
-        lo, hi = (pa.scalar(_bound(v, col), values.type) for v in key_range[col.name])
-        within = pc.and_(pc.greater_equal(values, lo), pc.less_equal(values, hi))
-        if col.type in ("FLOAT", "DOUBLE"):  # NaN is one key (its token) but outside every range: read the file
-            within = pc.or_(within, pc.is_nan(values))
-        inside = pc.and_kleene(inside, within)
-    return bool(pc.any(pc.fill_null(inside, True)).as_py())  # NULL (keyless tables): unknown, so read the file
 
 
 def statistics(table: pa.Table, table_def: TableDef, *, name: str, size: int, bucket: int | None,

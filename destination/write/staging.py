@@ -49,7 +49,10 @@ def staged(plan: BatchPlan, storage: Storage, now: float | None = None) -> Itera
     """Copy the plan's files into a fresh staging directory of `storage` and yield the plan reading them there;
     the directory is removed when the block ends, whichever way it ends."""
     started = time.time() if now is None else now
-    sweep_stale(storage, started)
+    try:
+        sweep_stale(storage, started)
+    except (DestinationError, OSError) as exc:  # another request's leftovers must not fail this write
+        logs.warning(f"could not sweep stale staged batch files under {storage.url(STAGING_DIR)}: {exc}")
     directory = f"{STAGING_DIR}/{request_directory(started)}"
     try:
         yield replace(plan, files=tuple(_stage(ref, storage, directory) for ref in plan.files))

@@ -22,7 +22,7 @@ from destination.changes.files import STAGING, ChangeTarget, write_empty
 from destination.changes.metadata import KIND_ROWS, KIND_SNAPSHOT, ZERO_TOTALS, ChangeFile, ChangeParts, ChangeSet, change_set
 from destination.changes.settings import ChangeSettings
 from destination.conversion import FailureKey
-from destination.errors import BadRequest, CommitConflict, RefusedChange, TableNotFound, UserActionRequired
+from destination.errors import BadRequest, RefusedChange, TableNotFound, UserActionRequired
 from destination.key_order import key_columns_of, keys_from_json
 from destination.placement import TARGET_FILE_BYTES, KeySample, plan_units
 from destination.settings import SMALL_REQUEST_BYTES
@@ -114,6 +114,10 @@ class PlacementSettings:
     scratch: StorageSpec | None = None
 
 
+class _InHashBuckets(Exception):
+    """A write found its base still placed in key-hash buckets (internal: write_batch places it and writes)."""
+
+
 Producer = Callable[[TableVersion | None, VersionTarget], PendingVersion | None]
 # Small requests are decoded on the driver (ServerOptions.small_request_bytes) unless their rows decode to more
 # than this: the driver's units travel inside the job's tasks, and a 1 GiB driver heap ran out of memory on a
@@ -183,8 +187,8 @@ class WritePath:
         parts: list[pa.Table] = []
         failures: Counter[FailureKey] = Counter()
         rows = 0
-        for ref in plan.files:
-            ops = file_operations(base.table, ref, plan.fmt)
+        for ref in plan.files:  # the driver reads its own disk, not a copy staged for a cluster's executors
+            ops = file_operations(base.table, replace(ref, staged=None), plan.fmt)
             parts += ops.parts
             rows += ops.rows
             failures.update(ops.failures_by_column)
@@ -225,28 +229,27 @@ class WritePath:
     def _merge_runs(self, ctx: JobContext, base_files: Sequence[DataFile], runs: Sequence[SortedRun],
                     description: str, rows_only: bool = False) -> JobOutput:
         """Stage 2: the units of the key ranges, planned from the runs' batch keys; each reads the batches of
-        every run that may hold its keys."""
+        every run that may hold its keys. `rows_only` (a relayout, with no base files): the runs hold rows."""
         table = ctx.table
-        firsts = [k for r in runs for k in r.batch_first]
+        firsts = keys_from_json([k for r in runs for k in r.batch_first], table)
         weights = np.array([w for r in runs for w in r.batch_rows], dtype=np.int64)
         staged_rows, staged_bytes = sum(r.rows for r in runs), sum(r.bytes for r in runs)
-        plan = plan_units(base_files, KeySample(keys=keys_from_json(firsts, table), weights=weights), table,
-                          self.placement.target_file_bytes,
+        plan = plan_units(base_files, KeySample(keys=firsts, weights=weights), table, self.placement.target_file_bytes,
                           bytes_per_row=staged_bytes / max(1, staged_rows) / (
                               DECODED_TO_PARQUET if self.placement.scratch is not None else STAGED_TO_PARQUET))
+        # each batch goes to every unit its keys [first, last] reach
+        first_unit = plan.unit_of(firsts)
+        last_unit = plan.unit_of(keys_from_json([k for r in runs for k in r.batch_last], table))
         slices: list[dict[str, list[int]]] = [{} for _ in plan.units]
+        at = 0
         for run in runs:
-            if not run.rows:
-                continue
-            first_unit = plan.unit_of(keys_from_json(list(run.batch_first), table))
-            last_unit = plan.unit_of(keys_from_json(list(run.batch_last), table))
-            for batch, (a, b) in enumerate(zip(first_unit, last_unit, strict=True)):
-                for u in range(int(a), int(b) + 1):
+            for batch in range(len(run.batch_rows)):
+                for u in range(int(first_unit[at]), int(last_unit[at]) + 1):
                     slices[u].setdefault(run.run_path, []).append(batch)
-        units = [RangeUnit(lo=p.lo, hi=p.hi, files=() if rows_only else p.files, compact=p.compact and not rows_only,
-                           runs=tuple(RunSlice(run_path=path, batches=tuple(b)) for path, b in slices[u].items()),
-                           rows_only=rows_only, tag=u)
-                 for u, p in enumerate(plan.units) if slices[u] or (p.compact and not rows_only)]
+                at += 1
+        units = [RangeUnit(lo=p.lo, hi=p.hi, files=p.files, compact=p.compact, rows_only=rows_only, tag=u,
+                           runs=tuple(RunSlice(run_path=path, batches=tuple(b)) for path, b in slices[u].items()))
+                 for u, p in enumerate(plan.units) if slices[u] or p.compact]
         results = run_units(self._spark(), merge_range_task, ctx, units, description)
         failures: Counter[FailureKey] = Counter()
         counted = [r.counts for r in runs if r.counts is not None]
@@ -285,14 +288,6 @@ class WritePath:
                       f"files in {len(out.new_files)} key-range files")
             return PendingVersion(table, out.new_files, [], {"kind": "place_in_key_ranges"}, out.change_parts(KIND_ROWS))
         self.commit(schema, name, produce)
-
-    def current_in_ranges(self, schema: str, name: str) -> TableVersion | None:
-        """The table's latest version, placed in key ranges first if it is not."""
-        current = self.store.load(schema, name)
-        if current is not None and not current.table.in_key_ranges:
-            self._place_in_ranges(schema, name)
-            current = self.store.load(schema, name)
-        return current
 
     def _change_target(self, schema: str, target: VersionTarget, kind: str) -> ChangeTarget:
         return ChangeTarget(settings=self.changes, directory=target.changes_directory, version=target.version,
@@ -405,8 +400,8 @@ class WritePath:
                                 f"{examples[first]} (column {first!r})")
 
     def _rekey(self, schema: str, requested: TableDef) -> Outcome:
-        """A primary-key change (other columns, or a key column's type) re-buckets every row: stored rows become
-        replace operations; refused when two rows would get the same key."""
+        """A primary-key change (other columns, or a key column's type) places every row anew in key ranges: stored
+        rows become replace operations; refused when two rows would get the same key."""
         new = replace(requested, placement=KEY_RANGES)  # rows are placed anew anyway
 
         def produce(base: TableVersion | None, target: VersionTarget) -> PendingVersion:
@@ -446,20 +441,18 @@ class WritePath:
     # ---- WriteBatch -----------------------------------------------------------------------
 
     def write_batch(self, schema: str, table_name: str, plan: BatchPlan, rpc: str = WRITE_BATCH) -> Outcome:
-        """Merge one request's batch files (plain or history, by the table's mode) as one Spark job, on one of
-        three paths (docs/ARCHITECTURE.md "Write path"): a small request is decoded here and merged by one task per
-        bucket it touches; a request that only inserts into an empty table is loaded by one task per core with
-        no shuffle (unless a key is in two files); any other request is decoded by one task per file and
-        shuffled to one merge task per bucket. A request without rows commits nothing."""
+        """Merge one request's batch files (plain or history, by the table's mode) over the table's key ranges,
+        on one of two paths (docs/ARCHITECTURE.md "Write path"): a small request is decoded here and merged by one
+        task per key range it touches; any other request is decoded and sorted into runs by one task per file,
+        then merged by one task per key range. A table still in key-hash buckets is first placed in key ranges
+        (a version of its own). A request without rows commits nothing."""
         outcome = Outcome(None)
-
-        self.current_in_ranges(schema, table_name)
 
         def produce(base: TableVersion | None, target: VersionTarget) -> PendingVersion | None:
             if base is None:
                 raise TableNotFound(f"{rpc}: table {schema}.{table_name} does not exist; CreateTable must come first")
-            if not base.table.in_key_ranges:  # another server wrote the table in the old placement meanwhile
-                raise CommitConflict(f"{schema}.{table_name} is not placed in key ranges yet")
+            if not base.table.in_key_ranges:
+                raise _InHashBuckets()  # nothing is written: the caller places the table, then writes
             description = f"{rpc} {schema}.{table_name}"
             started = time.perf_counter()
             out = (self._merge_decoded(schema, base, target, plan, description)
@@ -477,7 +470,11 @@ class WritePath:
             kind = "write_history_batch" if rpc == WRITE_HISTORY_BATCH else "write_batch"
             return PendingVersion(base.table, out.new_files, carried, {"kind": kind, "counts": out.counts},
                                   out.change_parts(KIND_ROWS))
-        committed = self.commit(schema, table_name, produce, batch_id=plan.batch_id)
+        try:
+            committed = self.commit(schema, table_name, produce, batch_id=plan.batch_id)
+        except _InHashBuckets:
+            self._place_in_ranges(schema, table_name)
+            committed = self.commit(schema, table_name, produce, batch_id=plan.batch_id)
         outcome.version = committed.version if committed else None
         return outcome
 
