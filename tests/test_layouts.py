@@ -251,3 +251,25 @@ def test_manifest_readers_see_a_referencing_version_and_directory_readers_do_not
                       for i in pq.read_table(f).column("id").to_pylist())
     assert read == [1, 2, 3, 10, 11, 12, 20, 21, 22]
     assert sorted(ds.dataset(str(directory), format="parquet").to_table().column("id").to_pylist()) == [20, 21, 22]
+
+
+def test_a_repair_keeps_the_files_of_its_older_base_through_retention(storage: Storage) -> None:
+    """A repair commits an older version's files again (its commit record names that base): retention must keep
+    them although the versions between list other files, in the referencing layout where they stay in place."""
+    keep_two = Retention(keep_versions=2, min_age_seconds=0)
+    store = TableStore(storage, keep_two, layout=REFERENCING)
+    store.write(SCHEMA, NAME, change(storage, [(1, 3)]))  # v1: A
+    v2 = store.write(SCHEMA, NAME, change(storage, [(10, 3)]))  # v2: A, B
+    v3 = store.write(SCHEMA, NAME, change(storage, [(10, 3)], drop=frozenset({10})))  # v3: A, B rewritten as C
+    assert v2 is not None and v3 is not None
+    b = next(f for f in v2.files if f.stored_in is None)
+    c = next(f for f in v3.files if f.stored_in is None)
+    storage.delete(f"{v3.directory}/{c.name}")  # v3 committed but incomplete
+    repaired = store.repair(SCHEMA, NAME)
+    assert repaired is not None and repaired.restored == 2 and repaired.version == 4
+    b_path = f"{v2.directory}/{b.name}"
+    assert storage.exists(b_path), "retention after the repair kept the file its base lists"
+    v5 = store.write(SCHEMA, NAME, change(storage, [(20, 3)]))  # retires the broken v3
+    assert v5 is not None and ids(store, v5) == [1, 2, 3, 10, 11, 12, 20, 21, 22]
+    assert storage.exists(b_path) and b_path in listed(v5)
+    assert validate_table(storage, SCHEMA, NAME, keep_two) == []

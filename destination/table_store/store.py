@@ -500,15 +500,9 @@ class TableStore:
         if self._copies is not None and self.storage.spec.is_s3 and len(pairs) >= FAN_OUT_COPIES:
             self._copies(self.storage.spec, table, directory, version, pairs)
             return
-        try:
-            with ThreadPoolExecutor(max_workers=min(COPY_THREADS, len(pairs))) as pool:
-                for _ in pool.map(lambda pair: self.storage.copy(*pair), pairs):
-                    pass
-        except RuntimeError as exc:
-            abandoned = _abandoned_by_shutdown(exc)
-            if abandoned is None:
-                raise
-            raise abandoned from None
+        with ThreadPoolExecutor(max_workers=min(COPY_THREADS, len(pairs))) as pool:  # a pool refused at exit:
+            for _ in pool.map(lambda pair: self.storage.copy(*pair), pairs):  # `_write` abandons the write
+                pass
 
     def _commit(self, schema: str, prefix: str, base: TableVersion | None, target: int, generation: int,
                 pending: PendingVersion, batch_id: str | None, committed_at: float) -> TableVersion:
@@ -536,7 +530,11 @@ class TableStore:
         s.write_bytes(f"{directory}/{records.MANIFEST}", records.dumps(
             records.manifest_json([(s.url(f"{file_dir(directory, f)}/{f.name}"), f.bytes) for f in files])))
         self._fault("before_commit_record")
-        self._check_before_commit(prefix, target, generation, files, pending.changes)
+        # files listed where an earlier version wrote them were checked when the base loaded, and retention keeps
+        # every file the latest version lists; only a base older than the latest (a repair) is checked again
+        on_base = base is not None and base.version == target - 1
+        self._check_before_commit(prefix, target, generation,
+                                  [f for f in files if f.stored_in is None] if on_base else files, pending.changes)
         record = {"version": target, "directory": layout.version_dir_name(target), "committed_at": committed_at,
                   "operation": pending.operation, "batch_id": batch_id, "writer": self.writer_id,
                   "base": base.version if base is not None else 0, "layout": self.layout}
@@ -660,14 +658,14 @@ class TableStore:
         for path in sorted(elsewhere - listed):
             s.delete(path)
             emptied.add(path.rsplit("/", 1)[0])
-        if kept:
-            for path in own:
-                if path not in listed:
-                    s.delete(path)
-            for name in RETIRE_ORDER:
-                s.delete(f"{directory}/{name}")
-        else:
-            s.delete_prefix(directory)
+        # data files first, `_files.json` last: a retirement cut short is found again (and finished) next time
+        for path in own:
+            if path not in listed:
+                s.delete(path)
+        for name in RETIRE_ORDER:
+            s.delete(f"{directory}/{name}")
+        if not kept:
+            s.delete_prefix(directory)  # the folder itself, and anything not a data or metadata file
         for folder in emptied:  # a retired directory whose last listed file went
             if not s.exists(f"{folder}/{records.FILES_JSON}") and not s.list_children(folder):
                 s.delete_prefix(folder)
@@ -688,10 +686,8 @@ class TableStore:
         return record if isinstance(record, dict) else {}
 
     def _committed_at(self, prefix: str, n: int) -> float | None:
-        try:
-            return float(json.loads(self.storage.read_bytes(layout.log_path(prefix, n)))["committed_at"])
-        except (FileNotFoundError, KeyError, ValueError):
-            return None
+        at = self._commit_record(prefix, n).get("committed_at")
+        return float(at) if isinstance(at, int | float) else None
 
 
 class TableLocks:
