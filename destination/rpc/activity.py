@@ -72,7 +72,7 @@ class Activity:
         self._lock = threading.Lock()
         self._requests: deque[RequestRecord] = deque(maxlen=RECENT_REQUESTS)
         self._tables: dict[tuple[str, str, str], TableStatus] = {}
-        self._running: dict[int, Progress | None] = {}  # by request id
+        self._running: dict[int, Progress] = {}  # by request id
         self.started_at = time.time()
         self.last_listing: float | None = None
 
@@ -115,12 +115,23 @@ class Activity:
             else:
                 self._running[request] = progress
 
+    def running(self) -> list[dict[str, Any]]:
+        """The requests running now (what the tester polls: no table is copied for it)."""
+        with self._lock:
+            return [p.to_json() for p in self._running.values()]
+
+    def table(self, root: str, schema: str, table: str) -> dict[str, Any] | None:
+        """One table's versions, looked up directly."""
+        with self._lock:
+            status = self._tables.get((root, schema, table))
+            return status.to_json() if status is not None else None
+
     def snapshot(self) -> dict[str, Any]:
         """Everything the page shows, as JSON-ready values."""
         with self._lock:
             tables = sorted((t.to_json() for t in self._tables.values()), key=lambda t: (t["schema"], t["table"]))
             requests = [asdict(r) for r in reversed(self._requests)]
-            running = [p.to_json() for p in self._running.values() if p is not None]
+            running = [p.to_json() for p in self._running.values()]
         return {"started_at": self.started_at, "last_listing": self.last_listing, "tables": tables,
                 "requests": requests, "running": running}
 

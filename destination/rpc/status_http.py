@@ -51,11 +51,6 @@ class StatusServer:
         self._http.shutdown()
         self._http.server_close()
 
-    def table(self, root: str, schema: str, table: str) -> dict[str, Any] | None:
-        return next((t for t in self.activity.snapshot()["tables"]
-                     if (t["root"], t["schema"], t["table"]) == (root, schema, table)), None)
-
-
 def _handler(status: StatusServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "records-destination"
@@ -71,13 +66,13 @@ def _handler(status: StatusServer) -> type[BaseHTTPRequestHandler]:
             elif url.path == "/":
                 self._send(render_index(status.activity.snapshot(), self._spark_ui_url()), "text/html; charset=utf-8")
             elif url.path == "/table":
-                found = status.table(query.get("root", ""), query.get("schema", ""), query.get("table", ""))
+                found = status.activity.table(query.get("root", ""), query.get("schema", ""), query.get("table", ""))
                 self._send(render_table(found), "text/html; charset=utf-8",
                            HTTPStatus.OK if found else HTTPStatus.NOT_FOUND)
             elif url.path == "/api/status":
                 self._json(status.activity.snapshot())
             elif url.path == "/api/progress":
-                self._json({"running": status.activity.snapshot()["running"]})
+                self._json({"running": status.activity.running()})
             else:
                 self._send(b"not found\n", "text/plain; charset=utf-8", HTTPStatus.NOT_FOUND)
 
