@@ -1,0 +1,63 @@
+"""What the table formats are told about one committed records version: the contract between the records store
+(`sync.py` builds it) and the format writers (`delta.py`, `iceberg.py`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from destination.storage.base import Storage
+from destination.table_model import TableDef
+
+DELTA, ICEBERG = "delta", "iceberg"
+TABLE_FORMATS = (DELTA, ICEBERG)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LakeFile:
+    """A data file of the version, where it was first written (never a carried-forward copy)."""
+
+    path: str  # relative to the table's folder, e.g. "v00000000000000000003/part-….parquet"
+    bytes: int
+    rows: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChangeDataFile:
+    """A Parquet file of the version's row-level changes in Delta's change data feed layout: the table's columns
+    (`_destination_meta` included) and `_change_type` (insert, update_preimage, update_postimage, delete)."""
+
+    path: str  # relative to the table's folder, e.g. "_change_data/v00000000000000000003/00000.parquet"
+    bytes: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class LakeVersion:
+    """One committed records version as the formats see it."""
+
+    version: int  # the records version: the Delta version, and the Iceberg snapshot's `records-version`
+    committed_at: float  # seconds since the epoch (the records commit time)
+    table: TableDef
+    files: tuple[LakeFile, ...]  # every live data file of the version
+    operation: str  # what wrote it, from the commit record's operation kind (e.g. "write_batch", "alter_table")
+    change_feed: bool  # the table's change files are on: Delta sets delta.enableChangeDataFeed
+    # the version's row-level changes (change_feed on and the version has row events); None: no cdc files (changes
+    # off, or a version that rewrote the table as a snapshot: readers derive its changes from files added/removed)
+    change_data: tuple[ChangeDataFile, ...] | None = None
+
+
+class TableFormat(Protocol):
+    """A format's writer. Idempotent per version: committing a version the format already holds does nothing, so
+    two writers catching up the same table, or a retry after a crash, converge."""
+
+    name: str
+
+    def last_version(self, storage: Storage, prefix: str) -> int | None:
+        """The records version of the format's latest entry for the table at `prefix`; None: none yet."""
+
+    def commit(self, storage: Storage, prefix: str, version: LakeVersion) -> None:
+        """Make `version` the format's latest entry (its live files exactly `version.files`), on top of whatever
+        entry the format holds now (the versions in between may be missing: retired before they were caught up)."""
+
+    def retire_before(self, storage: Storage, prefix: str, oldest_retained: int) -> None:
+        """Records retention is about to delete the files only versions before `oldest_retained` list: stop offering
+        those versions to readers (time travel to them must fail, not read missing files)."""
