@@ -54,10 +54,9 @@ class TableFormat(Protocol):
     def last_version(self, storage: Storage, prefix: str) -> int | None:
         """The records version of the format's latest entry for the table at `prefix`; None: none yet."""
 
-    def commit(self, storage: Storage, prefix: str, version: LakeVersion) -> None:
+    def commit(self, storage: Storage, prefix: str, version: LakeVersion, oldest_retained: int) -> None:
         """Make `version` the format's latest entry (its live files exactly `version.files`), on top of whatever
-        entry the format holds now (the versions in between may be missing: retired before they were caught up)."""
-
-    def retire_before(self, storage: Storage, prefix: str, oldest_retained: int) -> None:
-        """Records retention is about to delete the files only versions before `oldest_retained` list: stop offering
-        those versions to readers (time travel to them must fail, not read missing files)."""
+        entry the format holds now (the versions in between may be missing: retired before they were caught up).
+        Versions before `oldest_retained` (<= version.version) stop being offered to readers: records retention
+        deletes the files only they list right after this call, so time travel to them must fail, not read
+        missing files."""
