@@ -1,4 +1,4 @@
-"""`records-destination`: serve, tester, tables, show, changes, repair, validate."""
+"""`records-destination`: serve, tester, tables, show, changes, repair, validate, formats."""
 from __future__ import annotations
 
 import argparse
@@ -61,6 +61,15 @@ def _validate(args: argparse.Namespace) -> int:
     from destination.commands.validator import validate_command
 
     return validate_command(open_root(args.root, _s3_options(args)), args.table)
+
+
+def _formats(args: argparse.Namespace) -> int:
+    from destination.commands.formats import formats_command
+    from destination.commands.inspection import open_root
+    from destination.table_store.options import FORMATS_FIELD, table_formats
+
+    names = table_formats({FORMATS_FIELD: args.formats})
+    return formats_command(open_root(args.root, _s3_options(args)), args.table, names, args.rebuild)
 
 
 def _s3_options(args: argparse.Namespace) -> dict[str, str]:
@@ -128,6 +137,15 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("table", nargs="?", help="SCHEMA.TABLE (default: every table under the root)")
     _store_arguments(validate)
     validate.set_defaults(func=_validate)
+    formats = sub.add_parser("formats", help="bring the Delta Lake and Iceberg metadata of a table (or of every "
+                                             "table) up to its committed versions; --rebuild writes it anew")
+    formats.add_argument("table", nargs="?", help="SCHEMA.TABLE (default: every table under the root)")
+    formats.add_argument("--formats", default="delta,iceberg", help="delta,iceberg (default), delta or iceberg")
+    formats.add_argument("--rebuild", action="store_true", help="clear the formats' folders first (_delta_log/, "
+                                                                "_change_data/, metadata/) and write every retained "
+                                                                "version again")
+    _store_arguments(formats)
+    formats.set_defaults(func=_formats)
     return parser
 
 

@@ -16,17 +16,21 @@ ENTRY = ("destination.cli",)
 RPC = ("destination.rpc",)
 PROTOCOL = ("destination.protocol",)  # generated gRPC stubs
 WRITE = ("destination.write", "destination.table_store.store")
+FORMATS = ("destination.table_formats",)  # Delta Lake and Iceberg metadata following the store's commits
 COMMANDS = ("destination.commands",)
 TESTER = ("destination.tester",)  # a gRPC client
-DRIVER = ENTRY + RPC + PROTOCOL + WRITE + COMMANDS + TESTER
+DRIVER = ENTRY + RPC + PROTOCOL + WRITE + FORMATS + COMMANDS + TESTER
 TASKS = ("spark_jobs",)
 
 # (importer, imported modules it must not import, why)
 RULES = [
     (TASKS, DRIVER, "spark_jobs runs inside Spark tasks: it imports only shared modules"),
-    (WRITE, ENTRY + RPC + PROTOCOL + COMMANDS + TESTER, "destination.write is driver orchestration below the RPC layer"),
+    (WRITE, ENTRY + RPC + PROTOCOL + COMMANDS + TESTER + FORMATS,
+     "destination.write is driver orchestration below the RPC layer; the store is given the formats, not importing them"),
+    (FORMATS, ENTRY + RPC + PROTOCOL + COMMANDS + TESTER + TASKS + ("destination.write",),
+     "the table formats follow the store's commits on the driver"),
     (COMMANDS, ENTRY + RPC + PROTOCOL + TESTER, "commands read a root without the server"),
-    (TESTER, ENTRY + RPC + WRITE + COMMANDS + TASKS, "the tester is a client: it speaks to a server over gRPC"),
+    (TESTER, ENTRY + RPC + WRITE + FORMATS + COMMANDS + TASKS, "the tester is a client: it speaks to a server over gRPC"),
     (RPC, ENTRY + COMMANDS + TESTER, "the RPC layer calls destination.write, not the commands"),
 ]
 SHARED_RULE = (DRIVER + TASKS, "shared modules run in tasks too: they import no task or driver code")
@@ -71,6 +75,7 @@ def test_imports_point_one_way(name: str, path: Path) -> None:
 def test_every_module_has_a_place() -> None:
     """A new top-level module of `destination` is shared by default: it must not need driver code (checked above);
     a new package must be added to this map and to docs/ARCHITECTURE.md."""
-    known = {"batch", "changes", "commands", "protocol", "rpc", "storage", "table_store", "tester", "write"}
+    known = {"batch", "changes", "commands", "protocol", "rpc", "storage", "table_formats", "table_store", "tester",
+             "write"}
     packages = {p.parent.name for p in (ROOT / "destination").glob("*/__init__.py")}
     assert packages == known, f"packages not in the layout: {sorted(packages ^ known)}"

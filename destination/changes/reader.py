@@ -56,19 +56,46 @@ class MissingChanges(DestinationError):
     """A version in the requested range has no change directory."""
 
 
-def read_version(storage: Storage, prefix: str, version: int) -> VersionChanges:
+@dataclass
+class VersionChangeFiles:
+    """A version's change directory, its files read one at a time (`events()`), in manifest order."""
+
+    storage: Storage
+    directory: str
+    about: dict[str, Any]  # `_changes.json`
+    names: list[str]
+
+    @property
+    def kind(self) -> str:
+        return str(self.about["kind"])
+
+    @property
+    def table(self) -> TableDef:
+        return TableDef.from_json(self.about["definition"])
+
+    def events(self) -> Iterator[tuple[ChangeEvents, pa.Table | None]]:
+        table = self.table
+        for name in self.names:
+            yield _read_file(self.storage, f"{self.directory}/{name}", self.about, table)
+
+
+def version_files(storage: Storage, prefix: str, version: int) -> VersionChangeFiles:
     directory = layout.changes_dir(prefix, version)
     try:
         about = json.loads(storage.read_bytes(f"{directory}/{CHANGES_JSON}"))
         manifest = json.loads(storage.read_bytes(f"{directory}/{records.MANIFEST}"))
     except FileNotFoundError:
         raise MissingChanges(f"version {version} has no change files (they were off when it was written)") from None
-    table = TableDef.from_json(about["definition"])
-    names = [e["url"].rsplit("/", 1)[-1] for e in manifest["entries"]]
-    parts = [_read_file(storage, f"{directory}/{name}", about, table) for name in names]
+    return VersionChangeFiles(storage, directory, about, [e["url"].rsplit("/", 1)[-1] for e in manifest["entries"]])
+
+
+def read_version(storage: Storage, prefix: str, version: int) -> VersionChanges:
+    files = version_files(storage, prefix, version)
+    table = files.table
+    parts = list(files.events())
     events = concat_events([p[0] for p in parts], table)
     exists = [p[1] for p in parts if p[1] is not None and p[1].num_rows]
-    return VersionChanges(version, about["kind"], table, int(about["commit_timestamp_us"]), events,
+    return VersionChanges(version, files.kind, table, int(files.about["commit_timestamp_us"]), events,
                           pa.concat_tables(exists) if exists else None)
 
 

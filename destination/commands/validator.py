@@ -33,7 +33,7 @@ from destination.storage.base import Storage
 from destination.table_model import TableDef
 from destination.table_store import layout, records
 from destination.table_store.datafiles import DataFile, read_data_file
-from destination.table_store.locations import file_dir
+from destination.table_store.locations import file_dir, file_path
 from destination.table_store.options import Retention
 from destination.table_store.store import TableStore
 
@@ -58,7 +58,7 @@ def _stored_elsewhere(storage: Storage, directory: str) -> dict[str, str]:
     except (FileNotFoundError, ValueError, KeyError):
         return {}  # reported by _check_table_files
     files = [DataFile.from_json(entry) for entry in listed]
-    return {f"{f.stored_in}/{f.name}": f"{file_dir(directory, f)}/{f.name}" for f in files if f.stored_in is not None}
+    return {f"{f.stored_in}/{f.name}": file_path(directory, f) for f in files if f.stored_in is not None}
 
 
 def validate_directory(storage: Storage, directory: str, fmt: str, elsewhere: dict[str, str] | None = None) -> list[str]:

@@ -11,6 +11,7 @@ from destination.protocol import common
 from destination.settings import ServerOptions
 from destination.storage.base import StorageSpec
 from destination.table_store.options import (
+    FORMATS_FIELD,
     KEEP_VERSIONS,
     LAYOUT_FIELD,
     LAYOUTS,
@@ -72,6 +73,12 @@ def configuration_form() -> common.ConfigurationFormResponse:
         common.FormField(name=MIN_AGE_FIELD, label="Minimum age of a removed version (seconds)", required=False,
                          text_field=text.PlainText, default_value=str(int(MIN_AGE_SECONDS)),
                          description="How long readers of a superseded version can still read its files."),
+        common.FormField(name=FORMATS_FIELD, label="Table formats", required=False, text_field=text.PlainText,
+                         default_value="delta,iceberg",
+                         description="Also make every version a version of a Delta Lake table (_delta_log/, with "
+                                     "the change data feed when changes are on) and of an Iceberg table "
+                                     "(metadata/) at the table's folder: delta,iceberg (default), delta, "
+                                     "iceberg or none."),
     ]
     tests = [common.ConfigurationTest(name=TEST_STORAGE, label="Writing, reading and deleting a probe object"),
              common.ConfigurationTest(name=TEST_SPARK, label="Running a Spark job")]

@@ -45,6 +45,7 @@ from destination.rpc.proto_convert import file_format, table_from_proto, table_t
 from destination.settings import ServerOptions
 from destination.storage.base import StorageSpec, open_storage
 from destination.storage.s3 import transient_error
+from destination.table_formats.sync import FollowFormats, formats_named
 from destination.table_model import DELETED
 from destination.table_store.options import StoreOptions, store_options
 from destination.table_store.store import AlreadyApplied, TableLocks, TableStore
@@ -105,7 +106,8 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
             if store is None:
                 store = self._stores[(spec, stored)] = TableStore(
                     open_storage(spec), stored.retention, observer=self.observer.commit_observer(spec.root),
-                    layout=stored.layout, copies=SparkCopies(self.spark))
+                    layout=stored.layout, copies=SparkCopies(self.spark),
+                    follow=FollowFormats(formats_named(stored.formats)) if stored.formats else None)
         placement = PlacementSettings(target_file_bytes=target_file_bytes(config), scratch=self._scratch())
         return Backend(store, WritePath(store, self.spark, changes, self.options.small_request_bytes, placement))
 

@@ -7,9 +7,9 @@ from typing import Protocol
 
 from destination.storage.base import Storage
 from destination.table_model import TableDef
-
-DELTA, ICEBERG = "delta", "iceberg"
-TABLE_FORMATS = (DELTA, ICEBERG)
+from destination.table_store.options import DELTA as DELTA  # the format names are the configuration's
+from destination.table_store.options import ICEBERG as ICEBERG
+from destination.table_store.options import TABLE_FORMATS as TABLE_FORMATS
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -37,6 +37,9 @@ class DataFile:
     bytes: int
     bucket: int | None  # key-hash bucket; None for the zero-row file of an empty table
     stored_in: str | None = None  # the version directory (v<N>) holding the file; None: the listing version's own
+    # complete layout: the version directory where a carried file was first written (the listing version holds a
+    # copy); the Delta and Iceberg metadata reference that one, so retention keeps it. None: where it is stored
+    written_in: str | None = None
     min_synced: int | None = None
     max_synced: int | None = None
     key_range: dict[str, list[Any]] | None = None  # per key column: [min, max] in its comparable form (KeyRange)

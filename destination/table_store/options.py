@@ -18,6 +18,10 @@ LAYOUTS = (COMPLETE, REFERENCING)
 LAYOUT_FIELD = "layout"
 VERSIONS_FIELD = "retention_versions"
 MIN_AGE_FIELD = "retention_min_age_seconds"
+FORMATS_FIELD = "table_formats"
+DELTA, ICEBERG = "delta", "iceberg"
+TABLE_FORMATS = (DELTA, ICEBERG)  # also written for every version, in this order (destination/table_formats/)
+NO_FORMATS = "none"
 KEEP_VERSIONS = 2
 MIN_AGE_SECONDS = 3600.0
 
@@ -35,6 +39,7 @@ class Retention:
 class StoreOptions:
     layout: str = COMPLETE
     retention: Retention = field(default_factory=Retention)
+    formats: tuple[str, ...] = TABLE_FORMATS
 
 
 def default_layout(is_s3: bool) -> str:
@@ -56,7 +61,22 @@ def store_options(configuration: dict[str, str], is_s3: bool) -> StoreOptions:
                                  "is always kept)")
     if not age >= 0:
         raise UserActionRequired(f"configuration field {MIN_AGE_FIELD!r}: {age} is not a number of seconds ≥ 0")
-    return StoreOptions(layout, Retention(keep, age))
+    return StoreOptions(layout, Retention(keep, age), table_formats(configuration))
+
+
+def table_formats(configuration: dict[str, str]) -> tuple[str, ...]:
+    """`table_formats`: a comma-separated list of delta and iceberg, or none (empty: both)."""
+    text = (configuration.get(FORMATS_FIELD) or "").strip().lower()
+    if not text:
+        return TABLE_FORMATS
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if names == [NO_FORMATS]:
+        return ()
+    unknown = [n for n in names if n not in TABLE_FORMATS]
+    if unknown or not names:
+        raise UserActionRequired(f"configuration field {FORMATS_FIELD!r}: {text!r} is not a list of "
+                                 f"{' and '.join(TABLE_FORMATS)}, or {NO_FORMATS}")
+    return tuple(n for n in TABLE_FORMATS if n in names)
 
 
 def _number(configuration: dict[str, str], name: str, default: float, *, integer: bool) -> float:

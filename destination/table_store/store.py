@@ -43,7 +43,7 @@ from destination.storage.base import Storage, StorageSpec
 from destination.table_model import TableDef
 from destination.table_store import layout, records
 from destination.table_store.datafiles import DataFile, empty_table, write_data_file
-from destination.table_store.locations import file_dir
+from destination.table_store.locations import file_dir, file_path, held_paths
 from destination.table_store.naming import NAME_OBJECT, decode_name, is_shortened
 from destination.table_store.options import COMPLETE, LAYOUTS, REFERENCING
 from destination.table_store.options import Retention as Retention  # re-exported: callers build stores with it
@@ -97,6 +97,14 @@ class Repair:
     incomplete: tuple[int, ...]
     restored: int
     version: int
+
+
+class FollowCommit(Protocol):
+    """Brings a table's other formats (Delta Lake, Iceberg: destination/table_formats/sync.py) up to the version
+    just committed, telling them the oldest version retention keeps. False: a format could not follow (logged);
+    retention then waits, since a format's latest entry may still reference the files it would delete."""
+
+    def __call__(self, store: TableStore, prefix: str, committed: TableVersion, oldest_retained: int) -> bool: ...
 
 
 class Copies(Protocol):
@@ -179,10 +187,10 @@ class TableStore:
     def __init__(self, storage: Storage, retention: Retention | None = None, fault: FaultHook | None = None,
                  claim_lease_seconds: float = CLAIM_LEASE_SECONDS,
                  observer: Callable[[CommitEvent], None] | None = None, *, layout: str = COMPLETE,
-                 copies: Copies | None = None) -> None:
+                 copies: Copies | None = None, follow: FollowCommit | None = None) -> None:
         """`layout`: how new versions hold their unchanged files (destination/table_store/options.py); every
         version is read whichever layout wrote it. `copies`: how a large S3 carry-forward is fanned out (None:
-        this process's thread pool)."""
+        this process's thread pool). `follow`: called after each commit, before retention (the table formats)."""
         if layout not in LAYOUTS:
             raise ValueError(f"unknown layout {layout!r}")
         self.storage = storage
@@ -190,6 +198,7 @@ class TableStore:
         self.retention = retention or Retention()
         self.layout = layout
         self._copies = copies
+        self._follow = follow
         self._fault = fault or (lambda step: None)
         self.writer_id = uuid.uuid4().hex  # one writer per store; callers serialise a table's writes (TableLocks)
         self.claim_lease_seconds = claim_lease_seconds
@@ -483,13 +492,16 @@ class TableStore:
         """The base's unchanged files as the new version lists them. Referencing layout: where they are stored
         (a file of the base's own directory now names it). Complete layout: copied into the new directory, from
         wherever they are (so a table switched from the referencing layout gets complete versions again)."""
+        home = layout.version_dir_name(base.version)
         if self.layout == REFERENCING:
-            home = layout.version_dir_name(base.version)
             return [f if f.stored_in is not None else replace(f, stored_in=home) for f in files]
         directory = layout.version_dir(base.prefix, target)
-        self._carry_forward(table, directory, target,
-                            [(f"{file_dir(base.directory, f)}/{f.name}", f"{directory}/{f.name}") for f in files])
-        return [replace(f, stored_in=None) for f in files]
+        self._carry_forward(table, directory, target, [(file_path(base.directory, f), f"{directory}/{f.name}")
+                                                       for f in files])
+        # the table formats reference a file where it was first written: remembered (and kept by retention) only
+        # while they are on
+        return [replace(f, stored_in=None, written_in=(f.written_in or f.stored_in or home) if self._follow else None)
+                for f in files]
 
     def _carry_forward(self, table: TableDef, directory: str, version: int, pairs: list[tuple[str, str]]) -> None:
         """Hard links on disk, server-side copies on S3. A copy's time is spent by the object store, so they run
@@ -528,7 +540,7 @@ class TableStore:
             "schema": schema, "table": pending.table.to_json(), "version": target,
             "committed_at": committed_at, "recent_batches": list(recent), "change_totals": totals}))
         s.write_bytes(f"{directory}/{records.MANIFEST}", records.dumps(
-            records.manifest_json([(s.url(f"{file_dir(directory, f)}/{f.name}"), f.bytes) for f in files])))
+            records.manifest_json([(s.url(file_path(directory, f)), f.bytes) for f in files])))
         self._fault("before_commit_record")
         # files listed where an earlier version wrote them were checked when the base loaded, and retention keeps
         # every file the latest version lists; only a base older than the latest (a repair) is checked again
@@ -568,7 +580,13 @@ class TableStore:
                 "committed_at": committed.committed_at}))
             for version in (committed.version - 1, committed.version):  # the base's: a writer died after its commit
                 self._drop_claims(prefix, version)
-            self.collect_garbage(prefix, committed.version)
+            follow = self._follow
+            if follow is None:
+                self.collect_garbage(prefix, committed.version)
+            else:
+                self._fault("before_table_formats")
+                self.collect_garbage(prefix, committed.version,
+                                     before_retiring=lambda oldest: follow(self, prefix, committed, oldest))
         except StorageError as exc:  # the commit stands; housekeeping is retried next time
             logs.warning(f"{prefix}: version {committed.version} committed; housekeeping failed: {exc}")
 
@@ -586,18 +604,21 @@ class TableStore:
 
     # ---- retention ---------------------------------------------------------------------------
 
-    def collect_garbage(self, prefix: str, latest: int) -> list[str]:
+    def collect_garbage(self, prefix: str, latest: int,
+                        before_retiring: Callable[[int], bool] | None = None) -> list[str]:
         """Retire versions older than the newest `keep_versions` once superseded for `min_age_seconds` (oldest
         first, stopping at the first one still too young), and delete uncommitted leftovers (no commit record, no
         live claim) older than that age. A retired version loses its metadata and every data file no retained
         version lists (in the complete layout: its whole directory); files that later versions still list stay
         in its directory. The change directories of committed versions are kept: consumers read them at their own
-        pace. Returns the version directories retired or deleted."""
+        pace. `before_retiring(oldest retained version)` runs before any version retires (always, when given);
+        False: nothing retires this time. Returns the version directories retired or deleted."""
         now = time.time()
         removed: list[str] = []
         retiring: list[int] = []
         too_young = False  # a committed version still kept: the ones after it are kept too
         keep_from = latest - self.retention.keep_versions + 1
+        oldest_kept = max(1, keep_from)
         for name in self.storage.list_children(prefix):
             n = layout.parse_version_dir(name)
             if n is None or n >= keep_from:
@@ -610,12 +631,19 @@ class TableStore:
                     self._drop_claims(prefix, n)
                     removed.append(name)
                 continue
-            if too_young or self._retired(prefix, n):
-                continue  # retired before: its directory holds only files that later versions list
-            superseded_at = self._committed_at(prefix, n + 1)
-            too_young = superseded_at is None or now - superseded_at < self.retention.min_age_seconds
             if not too_young:
+                if self._retired(prefix, n):
+                    continue  # retired before: its directory holds only files that later versions list
+                superseded_at = self._committed_at(prefix, n + 1)
+                too_young = superseded_at is None or now - superseded_at < self.retention.min_age_seconds
+            if too_young:
+                oldest_kept = min(oldest_kept, n)
+            else:
                 retiring.append(n)
+        if retiring:
+            oldest_kept = retiring[-1] + 1
+        if before_retiring is not None and not before_retiring(oldest_kept):
+            return removed
         if retiring:
             listed = self._listed_by_retained(prefix, retiring[-1] + 1, latest)
             for n in retiring:
@@ -637,12 +665,12 @@ class TableStore:
         paths: set[str] = set()
         need = True
         for m in range(first, latest + 1):
-            base = self._commit_record(prefix, m).get("base")
+            base = self.commit_record(prefix, m).get("base")
             if need or not isinstance(base, int) or base < first:
                 files = self._version_files(prefix, m)
                 need = files is None  # unreadable: its successor lists what it listed (or its own base's)
                 directory = layout.version_dir(prefix, m)
-                paths.update(f"{file_dir(directory, f)}/{f.name}" for f in files or ())
+                paths.update(path for f in files or () for path in held_paths(directory, f))
         return paths
 
     def _retire(self, prefix: str, n: int, listed: set[str]) -> None:
@@ -650,7 +678,7 @@ class TableStore:
         s = self.storage
         directory = layout.version_dir(prefix, n)
         files = self._version_files(prefix, n) or []
-        elsewhere = {f"{file_dir(directory, f)}/{f.name}" for f in files if f.stored_in is not None}
+        elsewhere = {path for f in files for path in held_paths(directory, f) if not path.startswith(f"{directory}/")}
         own = [o.path for o in s.list_recursive(directory) if o.path.rsplit("/", 1)[-1] not in VERSION_METADATA]
         kept = [path for path in own if path in listed]
         s.delete(f"{directory}/{records.MANIFEST}")
@@ -678,7 +706,7 @@ class TableStore:
             return None
         return [DataFile.from_json(f) for f in listing["files"]]
 
-    def _commit_record(self, prefix: str, n: int) -> dict[str, Any]:
+    def commit_record(self, prefix: str, n: int) -> dict[str, Any]:
         try:
             record = json.loads(self.storage.read_bytes(layout.log_path(prefix, n)))
         except (FileNotFoundError, ValueError):
@@ -686,7 +714,7 @@ class TableStore:
         return record if isinstance(record, dict) else {}
 
     def _committed_at(self, prefix: str, n: int) -> float | None:
-        at = self._commit_record(prefix, n).get("committed_at")
+        at = self.commit_record(prefix, n).get("committed_at")
         return float(at) if isinstance(at, int | float) else None
 
 

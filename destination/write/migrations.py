@@ -14,7 +14,7 @@ from typing import Any
 from destination.errors import BadRequest, TableNotFound, UserActionRequired
 from destination.table_model import DELETED, ColumnDef, TableDef
 from destination.table_store.layout import data_file_name
-from destination.table_store.locations import file_dir
+from destination.table_store.locations import file_path
 from destination.table_store.store import PendingVersion, TableVersion, VersionTarget
 from destination.type_mapping import normalize_column
 from destination.write import history_migrations as history
@@ -165,8 +165,9 @@ def _copy_table(writer: WritePath, schema: str, source: str, target: str) -> Mig
             if not f.rows:
                 continue
             name = data_file_name(f.bucket)
-            storage.copy(f"{file_dir(current.directory, f)}/{f.name}", f"{spot.directory}/{name}")
-            copied.append(replace(f, name=name, stored_in=None))  # every statistic, the key range too, describes the copy
+            storage.copy(file_path(current.directory, f), f"{spot.directory}/{name}")
+            # every statistic, the key range too, describes the copy, which is first written here
+            copied.append(replace(f, name=name, stored_in=None, written_in=None))
         return PendingVersion(replace(current.table, name=target), copied, [], {"kind": "copy_table", "from": source})
     committed = writer.commit(schema, target, produce)
     return MigrationOutcome(True, f"copied to {target!r} as version {committed.version if committed else '?'}")

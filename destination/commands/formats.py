@@ -1,0 +1,36 @@
+"""`records-destination formats`: bring the Delta Lake and Iceberg metadata of existing tables up to their committed
+versions, or rebuild it from them (`--rebuild`: the formats' folders are cleared first). Run it when no server is
+writing the tables: a write in between would be caught up by the next write anyway."""
+from __future__ import annotations
+
+from destination.errors import DestinationError
+from destination.storage.base import Storage
+from destination.table_formats.sync import bring_up_to_date, format_folders, formats_named, oldest_retained
+from destination.table_store.store import TableStore
+
+
+def formats_command(storage: Storage, name: str | None, formats: tuple[str, ...], rebuild: bool) -> int:
+    store = TableStore(storage)
+    tables = [tuple(name.split(".", 1))] if name else [(s, t) for s in store.list_schemas() for t in store.list_tables(s)]
+    if any(len(t) != 2 for t in tables):
+        print(f"error: {name!r} is not SCHEMA.TABLE")
+        return 2
+    failed = 0
+    for schema, table in tables:
+        try:
+            latest = store.load(schema, table)
+            if latest is None:
+                print(f"{schema}.{table}: no committed version")
+                continue
+            prefix = store.table_prefix(schema, table)
+            oldest = oldest_retained(store, prefix, latest.version)
+            for fmt in formats_named(formats):
+                if rebuild:
+                    for folder in format_folders(fmt.name):
+                        storage.delete_prefix(f"{prefix}/{folder}")
+                done = bring_up_to_date(store, prefix, fmt, latest, oldest)
+                print(f"{schema}.{table}: {fmt.name} at version {latest.version} ({done} version(s) written)")
+        except DestinationError as exc:
+            print(f"{schema}.{table}: error: {exc}")
+            failed += 1
+    return 1 if failed else 0

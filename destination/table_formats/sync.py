@@ -1,0 +1,142 @@
+"""Following the records commits with the table formats: after each commit (the store's `follow` hook) every format
+is brought up to the committed version, versions it missed first (a writer that died between the records commit
+and the formats' commits, or formats turned on for an existing table). The records commit stays the commit point:
+a format entry is only ever written for a committed version, and a format behind is caught up by the next write
+of the table or by `records-destination formats`.
+
+Change data: with change files on, a version with row events gets Delta change data files under
+`_change_data/v<N>/` (the table's columns, `_destination_meta` NULL, and `_change_type`), one per change file,
+derived from the version's change files after its commit (so any change format, Arcion or Parquet, gives the same
+feed). Their names are fixed, so a catch-up that writes them again writes the same bytes.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from destination import logs
+from destination.changes import cdf
+from destination.changes.metadata import KIND_ROWS
+from destination.changes.reader import version_files
+from destination.errors import cause_text, scrub
+from destination.storage.base import Storage
+from destination.table_formats.version import DELTA, ICEBERG, ChangeDataFile, LakeFile, LakeVersion, TableFormat
+from destination.table_model import DESTINATION_META
+from destination.table_store import layout
+from destination.table_store.datafiles import WRITE_OPTIONS
+from destination.table_store.locations import first_written
+from destination.table_store.records import FILES_JSON
+from destination.table_store.store import IncompleteVersion, TableStore, TableVersion
+from destination.type_mapping import arrow_schema
+
+CHANGE_DATA = "_change_data"
+
+
+class FollowFormats:
+    """The store's `follow` hook for the configured formats (destination/table_store/store.py `FollowCommit`)."""
+
+    def __init__(self, formats: Sequence[TableFormat]) -> None:
+        self.formats = tuple(formats)
+
+    def __call__(self, store: TableStore, prefix: str, committed: TableVersion, oldest_retained: int) -> bool:
+        followed = True
+        for fmt in self.formats:
+            try:
+                bring_up_to_date(store, prefix, fmt, committed, oldest_retained)
+            except Exception as exc:  # the records commit stands: the next write of the table catches the format up
+                logs.warning(f"{committed.schema}.{committed.table.name}: version {committed.version} is committed "
+                             f"but its {fmt.name} metadata could not be written ({_error_text(exc)}); the next write of "
+                             f"the table, or `records-destination formats`, brings it up to date")
+                followed = False
+        return followed
+
+
+def bring_up_to_date(store: TableStore, prefix: str, fmt: TableFormat, latest: TableVersion,
+                     oldest_retained: int) -> int:
+    """Commit to `fmt` every committed version it lacks up to `latest` (from the oldest retained one when it holds
+    none); versions retired or incomplete meanwhile are skipped. Returns the number of versions committed."""
+    storage = store.storage
+    last = fmt.last_version(storage, prefix)
+    if last is not None and last >= latest.version:
+        return 0
+    first = oldest_retained if last is None else max(last + 1, oldest_retained)
+    done = 0
+    for n in range(first, latest.version):
+        try:
+            version = store.load(latest.schema, latest.table.name, n)
+        except IncompleteVersion:
+            version = None
+        if version is not None:
+            fmt.commit(storage, prefix, lake_version(store, prefix, version), oldest_retained)
+            done += 1
+    fmt.commit(storage, prefix, lake_version(store, prefix, latest), oldest_retained)
+    return done + 1
+
+
+def lake_version(store: TableStore, prefix: str, version: TableVersion) -> LakeVersion:
+    record = store.commit_record(prefix, version.version)
+    changes: dict[str, Any] = record.get("changes") or {}
+    operation = record.get("operation") or {}
+    change_data = None
+    if changes and changes.get("kind") == KIND_ROWS:
+        change_data = write_change_data(store.storage, prefix, version)
+    return LakeVersion(
+        version=version.version, committed_at=version.committed_at, table=version.table,
+        files=tuple(LakeFile(path=first_written(version.directory, f), bytes=f.bytes, rows=f.rows)
+                    for f in version.files),
+        operation=str(operation.get("kind", "write")), change_feed=bool(changes), change_data=change_data)
+
+
+def write_change_data(storage: Storage, prefix: str, version: TableVersion) -> tuple[ChangeDataFile, ...]:
+    """The version's row events as Delta change data files, one per change file (empty ones left out)."""
+    changes = version_files(storage, prefix, version.version)
+    table = changes.table
+    schema = arrow_schema(table.columns).append(pa.field(cdf.CHANGE_TYPE, pa.string()))
+    folder = f"{CHANGE_DATA}/{layout.version_dir_name(version.version)}"
+    written = []
+    for i, (events, _) in enumerate(changes.events()):
+        rows = cdf.change_rows(events, version.version, 0)
+        if not rows.num_rows:
+            continue
+        images = rows.drop_columns([cdf.COMMIT_VERSION, cdf.COMMIT_TIMESTAMP, cdf.CHANGE_TYPE])
+        images = images.append_column(DESTINATION_META, pa.nulls(rows.num_rows, pa.string()))
+        data = images.append_column(cdf.CHANGE_TYPE, rows.column(cdf.CHANGE_TYPE)).select(schema.names).cast(schema)
+        path = f"{folder}/{i:05d}.parquet"
+        sink = pa.BufferOutputStream()
+        pq.write_table(data, sink, **WRITE_OPTIONS)
+        body = sink.getvalue().to_pybytes()
+        storage.write_bytes(f"{prefix}/{path}", body)
+        written.append(ChangeDataFile(path=path, bytes=len(body)))
+    return tuple(written)
+
+
+def _error_text(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    causes = cause_text(exc)
+    return f"{type(exc).__name__}: {scrub(lines[0]) if lines else ''}"[:400] + (f"; caused by {causes}" if causes else "")
+
+
+def formats_named(names: Sequence[str]) -> list[TableFormat]:
+    """The writers of the configured formats (`table_formats`), in the configuration's order."""
+    from destination.table_formats.delta import DeltaFormat
+    from destination.table_formats.iceberg import IcebergFormat
+
+    writers: dict[str, TableFormat] = {DELTA: DeltaFormat(), ICEBERG: IcebergFormat()}
+    return [writers[n] for n in names]
+
+
+def oldest_retained(store: TableStore, prefix: str, latest: int) -> int:
+    """The oldest version retention has not retired (its `_files.json` is there); `latest` when none older is."""
+    for name in store.storage.list_children(prefix):
+        n = layout.parse_version_dir(name)
+        if n is not None and n < latest and store.storage.exists(f"{layout.version_dir(prefix, n)}/{FILES_JSON}"):
+            return n
+    return latest
+
+
+def format_folders(name: str) -> tuple[str, ...]:
+    """The folders of a table holding a format's metadata (what `records-destination formats --rebuild` clears)."""
+    return {DELTA: ("_delta_log", CHANGE_DATA), ICEBERG: ("metadata",)}[name]
