@@ -1,0 +1,526 @@
+"""The Iceberg table format: every committed records version N is an Iceberg snapshot of the table rooted at the
+table's folder `<T>/`, over the same Parquet files where they were first written.
+
+Layout (all under `<T>/metadata/`, readable without a catalog service):
+
+- `v<N>.metadata.json`: the table metadata of records version N, created with `create_exclusive` (the commit
+  point: a second writer of N finds it there, deletes what it wrote and does nothing). Its current snapshot has
+  snapshot id N, summary `records-version` = N and timestamp = the records commit time.
+- `version-hint.text`: the number N of the latest metadata file (moved forward only), the way pyiceberg's
+  `StaticTable.from_metadata("<T>")` and DuckDB's `iceberg_scan('<T>')` find it. The metadata file can also be
+  registered in a catalog (e.g. pyiceberg's SqlCatalog `register_table`).
+- `snap-<N>-<uuid>.avro` (manifest list) and `<uuid>-m<N>.avro` (manifest): ONE manifest per snapshot, listing
+  every live file (ADDED when new in N, EXISTING when carried from the previous snapshot) and the files N removed
+  (DELETED). A commit reads one manifest list and one manifest, and the Parquet footers of the new files only:
+  its cost follows the live files and the change, never the number of versions.
+
+Retention: snapshots of records versions before `oldest_retained` are left out of the new metadata (time travel
+to them fails, by id and by timestamp), and their metadata file, manifest list and manifest are deleted right
+after the commit (each snapshot's manifest is its own: nothing retained shares them).
+
+Schema: field ids are stable per column name; a type change Iceberg allows as a promotion (int → long, float →
+double, decimal precision widened at the same scale) keeps the id, any other change (STRING → INT) gets a new id.
+Each snapshot names its schema, so time travel reads an old snapshot with the schema it was written with. Our
+Parquet files carry no field ids: the name mapping `schema.name-mapping.default` maps every column name to its
+current id. A limit that follows: time travel through the latest metadata to a snapshot before a non-promotable
+type change reads that column as null (the name now maps to the new id); that version's own metadata file
+(`metadata/v<K>.metadata.json`, kept while K is retained) reads it with its values.
+
+| Fivetran        | Parquet (data file)   | Iceberg            | notes                                          |
+|-----------------|-----------------------|--------------------|------------------------------------------------|
+| BOOLEAN         | boolean               | boolean            |                                                |
+| SHORT           | int16 (INT32, INT(16))| int                | Iceberg has no 16-bit integer                  |
+| INT / LONG      | int32 / int64         | int / long         |                                                |
+| DECIMAL(p,s)    | decimal128            | decimal(p,s)       | p ≤ 38 (a scale above p: decimal(s,s))         |
+| DECIMAL(p,s)    | decimal256            | (left out)         | 38 < p ≤ 76: Iceberg decimals stop at 38; the  |
+|                 |                       |                    | column is not in the Iceberg schema, readers   |
+|                 |                       |                    | skip it (listed in `fivetran.columns-left-out`)|
+| FLOAT / DOUBLE  | float / double        | float / double     |                                                |
+| NAIVE_DATE      | date32                | date               |                                                |
+| NAIVE_DATETIME  | timestamp[us]         | timestamp          |                                                |
+| UTC_DATETIME    | timestamp[us, UTC]    | timestamptz        |                                                |
+| NAIVE_TIME      | time64[us]            | time               |                                                |
+| BINARY          | binary                | binary             |                                                |
+| STRING/JSON/XML | string                | string             | the Fivetran type is in the field's `doc`      |
+| (internal)      | `_destination_meta`   | string             | the destination's per-row metadata             |
+
+Every field is optional (our Parquet columns are nullable, and Iceberg identifier fields must be required), so the
+primary key is not in `identifier-field-ids`: it is in each key field's `doc` ("STRING, primary key") and in the
+table property `fivetran.primary-key` (a JSON list of names).
+"""
+from __future__ import annotations
+
+import io
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Final
+
+from pyiceberg.io import FileIO, InputFile, InputStream, OutputFile, OutputStream
+from pyiceberg.io.pyarrow import (
+    MetricModeTypes,
+    MetricsMode,
+    StatisticsCollector,
+    compute_statistics_plan,
+    data_file_statistics_from_parquet_metadata,
+    parquet_path_to_id_mapping,
+)
+from pyiceberg.manifest import (
+    DataFile,
+    DataFileContent,
+    FileFormat,
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestFile,
+    write_manifest,
+    write_manifest_list,
+)
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
+from pyiceberg.schema import Schema, promote
+from pyiceberg.table.metadata import TableMetadataUtil, TableMetadataV2
+from pyiceberg.table.name_mapping import MappedField, NameMapping, create_mapping_from_schema
+from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRef, SnapshotRefType
+from pyiceberg.table.snapshots import MetadataLogEntry, Operation, Snapshot, SnapshotLogEntry, Summary
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
+from pyiceberg.types import (
+    BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IcebergType,
+    IntegerType,
+    LongType,
+    NestedField,
+    StringType,
+    TimestampType,
+    TimestamptzType,
+    TimeType,
+)
+
+from destination import logs
+from destination.errors import DestinationError
+from destination.storage.base import Storage, StorageSpec
+from destination.table_formats.version import ICEBERG, LakeVersion
+from destination.table_model import DESTINATION_META, ColumnDef, TableDef
+from destination.type_mapping import decimal_storage
+
+METADATA = "metadata"
+HINT = "version-hint.text"
+RECORDS_VERSION = "records-version"  # snapshot summary: the records version the snapshot is
+NAME_MAPPING = "schema.name-mapping.default"
+PRIMARY_KEY = "fivetran.primary-key"
+LEFT_OUT = "fivetran.columns-left-out"
+MAX_ICEBERG_DECIMAL = 38
+_AVRO_CODEC: Final = "deflate"
+_LEFT_OUT_ID = -1  # the statistics' stand-in id of a Parquet column the Iceberg schema leaves out
+_SIMPLE_TYPES: dict[str, IcebergType] = {
+    "BOOLEAN": BooleanType(), "SHORT": IntegerType(), "INT": IntegerType(), "LONG": LongType(),
+    "FLOAT": FloatType(), "DOUBLE": DoubleType(), "NAIVE_DATE": DateType(), "NAIVE_DATETIME": TimestampType(),
+    "UTC_DATETIME": TimestamptzType(), "NAIVE_TIME": TimeType(), "BINARY": BinaryType(), "STRING": StringType(),
+    "JSON": StringType(), "XML": StringType(),
+}
+
+
+def iceberg_type(col: ColumnDef) -> IcebergType | None:
+    """The column's Iceberg type; None: Iceberg has none (a decimal of more than 38 digits)."""
+    if col.type == "DECIMAL":
+        precision, scale = decimal_storage(col)
+        return DecimalType(precision, scale) if precision <= MAX_ICEBERG_DECIMAL else None
+    return _SIMPLE_TYPES[col.type]
+
+
+def file_io_properties(spec: StorageSpec) -> dict[str, str]:
+    """pyiceberg FileIO properties reaching the store of `spec` (for readers: `StaticTable.from_metadata(...,
+    properties=...)`, a catalog's properties); empty for a local root."""
+    if not spec.is_s3:
+        return {}
+    props = {"s3.access-key-id": spec.access_key_id, "s3.secret-access-key": spec.secret_access_key,
+             "s3.force-virtual-addressing": "false"}
+    if spec.s3_endpoint:
+        props["s3.endpoint"] = spec.s3_endpoint
+    if spec.s3_region:
+        props["s3.region"] = spec.s3_region
+    return {k: v for k, v in props.items() if v}
+
+
+class IcebergFormat:
+    """The Iceberg writer of the TableFormat protocol (destination/table_formats/version.py)."""
+
+    name = ICEBERG
+
+    def last_version(self, storage: Storage, prefix: str) -> int | None:
+        """The newest `metadata/v<N>.metadata.json`; a hint left behind by a crash between the commit and the
+        hint's move is moved forward here."""
+        versions = _metadata_versions(storage, prefix)
+        if not versions:
+            return None
+        _move_hint(storage, prefix, versions[-1])
+        return versions[-1]
+
+    def commit(self, storage: Storage, prefix: str, version: LakeVersion, oldest_retained: int) -> None:
+        self.commit_on(storage, prefix, version, oldest_retained, _metadata_versions(storage, prefix))
+
+    def commit_on(self, storage: Storage, prefix: str, version: LakeVersion, oldest_retained: int,
+                  versions: list[int]) -> None:
+        """`commit` on top of the metadata files `versions` (as listed before: another writer may have committed
+        since)."""
+        if versions and versions[-1] >= version.version:
+            return  # there already (or a newer one: this version was caught up by another writer)
+        io_ = StorageFileIO(storage)
+        previous = _read_metadata(storage, prefix, versions[-1]) if versions else None
+        commit = _Commit(storage, prefix, io_, version, previous, oldest_retained)
+        metadata = commit.build()
+        data = metadata.model_dump_json(exclude_none=True).encode("utf-8")
+        if not storage.create_exclusive(_metadata_path(prefix, version.version), data):
+            for path in commit.written:  # another writer committed this version first: its files stand
+                storage.delete(path)
+            return
+        _move_hint(storage, prefix, version.version)
+        commit.delete_retired(versions)
+        logs.info(f"iceberg: version {version.version} committed ({len(version.files)} live files, "
+                  f"{commit.added} added, {commit.removed} removed, {len(commit.retired)} snapshots retired)")
+
+
+def table_location(storage: Storage, prefix: str) -> str:
+    return storage.url(prefix).rstrip("/")
+
+
+def _metadata_path(prefix: str, version: int) -> str:
+    return f"{prefix}/{METADATA}/v{version}.metadata.json"
+
+
+def _metadata_versions(storage: Storage, prefix: str) -> list[int]:
+    """Records versions with a metadata file, ascending."""
+    found: list[int] = []
+    for path in storage.list_starting_with(f"{prefix}/{METADATA}/v"):
+        name = path.rsplit("/", 1)[-1]
+        number = name[1:-len(".metadata.json")] if name.endswith(".metadata.json") else ""
+        if number.isdigit():
+            found.append(int(number))
+    return sorted(found)
+
+
+def _read_metadata(storage: Storage, prefix: str, version: int) -> TableMetadataV2:
+    path = _metadata_path(prefix, version)
+    try:
+        metadata = TableMetadataUtil.parse_raw(storage.read_bytes(path).decode("utf-8"))
+    except ValueError as exc:
+        raise DestinationError(f"Iceberg metadata {storage.url(path)} cannot be read: {exc}") from exc
+    if not isinstance(metadata, TableMetadataV2):
+        raise DestinationError(f"Iceberg metadata {storage.url(path)} is format version {metadata.format_version}, "
+                               "not the 2 this destination writes")
+    return metadata
+
+
+def _move_hint(storage: Storage, prefix: str, version: int) -> None:
+    """Point the hint at `version` unless it points at a newer one already."""
+    path = f"{prefix}/{METADATA}/{HINT}"
+    try:
+        current = storage.read_bytes(path).decode("utf-8").strip()
+    except FileNotFoundError:
+        current = ""
+    if not current.isdigit() or int(current) < version:
+        storage.write_bytes(path, str(version).encode("utf-8"))
+
+
+@dataclass
+class _FieldPlan:
+    schema: Schema
+    last_column_id: int
+    left_out: dict[str, int]  # the columns Iceberg has no type for, and the ids the name mapping gives them
+
+
+def _schema_for(table: TableDef, current: Schema | None, last_column_id: int, schema_id: int,
+                left_out_before: dict[str, int]) -> _FieldPlan:
+    """The Iceberg schema of `table`: a column keeps its field id while its type is the same or a promotion of
+    the current one; a new column, or a type Iceberg cannot promote to, gets the next id. A column left out of
+    the schema keeps an id of its own in the name mapping (DuckDB misreads the columns after an unmapped one)."""
+    fields: list[NestedField] = []
+    left_out: dict[str, int] = {}
+    columns = [*table.columns, ColumnDef(DESTINATION_META, "STRING")]
+    for col in columns:
+        field_type = iceberg_type(col)
+        if field_type is None:
+            if col.name not in left_out_before:
+                last_column_id += 1
+            left_out[col.name] = left_out_before.get(col.name, last_column_id)
+            continue
+        field_id = _kept_id(current, col.name, field_type)
+        if field_id is None:
+            last_column_id += 1
+            field_id = last_column_id
+        doc = "destination row metadata" if col.name == DESTINATION_META else col.ddl()
+        fields.append(NestedField(field_id, col.name, field_type, required=False,
+                                  doc=doc + (", primary key" if col.primary_key else "")))
+    return _FieldPlan(Schema(*fields, schema_id=schema_id), last_column_id, left_out)
+
+
+def _name_mapping(schema: Schema, left_out: dict[str, int]) -> str:
+    mapped = create_mapping_from_schema(schema)
+    extra = [MappedField.model_validate({"field-id": field_id, "names": [name]}) for name, field_id in left_out.items()]
+    return NameMapping([*mapped, *extra]).model_dump_json()
+
+
+def _kept_id(current: Schema | None, name: str, field_type: IcebergType) -> int | None:
+    if current is None:
+        return None
+    old = next((f for f in current.fields if f.name == name), None)
+    if old is None:
+        return None
+    if old.field_type == field_type:
+        return old.field_id
+    try:
+        promote(old.field_type, field_type)
+    except Exception:  # pyiceberg raises ResolveError (and others) for a type it cannot promote
+        return None
+    return old.field_id
+
+
+class _Commit:
+    """One version's snapshot on top of the previous metadata: the files it writes (manifest, manifest list), the
+    metadata it commits, and what it retires."""
+
+    def __init__(self, storage: Storage, prefix: str, io_: StorageFileIO, version: LakeVersion,
+                 previous: TableMetadataV2 | None, oldest_retained: int) -> None:
+        self.storage, self.prefix, self.io, self.version = storage, prefix, io_, version
+        self.previous, self.oldest_retained = previous, oldest_retained
+        self.location = table_location(storage, prefix)
+        self.written: list[str] = []  # storage paths this commit wrote before its commit point
+        self.retired: list[Snapshot] = []
+        self.added = self.removed = 0
+
+    def build(self) -> TableMetadataV2:
+        prev = self.previous
+        number = self.version.version
+        timestamp_ms = int(self.version.committed_at * 1000)
+        current_schema = prev.schema() if prev else None
+        schema_ids = [s.schema_id for s in prev.schemas] if prev else []
+        left_out_before = json.loads(prev.properties.get(LEFT_OUT, "{}")) if prev else {}
+        plan = _schema_for(self.version.table, current_schema, prev.last_column_id if prev else 0,
+                           max(schema_ids, default=-1) + 1, left_out_before)
+        schema = plan.schema
+        if current_schema is not None and current_schema.fields == schema.fields:
+            schema = current_schema
+        sequence_number = (prev.last_sequence_number if prev else 0) + 1
+        parent = prev.current_snapshot() if prev else None
+        manifests = self._write_manifests(schema, parent, sequence_number)
+        manifest_list = self._write_manifest_list(manifests, parent, sequence_number)
+        snapshot = Snapshot.model_validate({
+            "snapshot-id": number, "parent-snapshot-id": parent.snapshot_id if parent else None,
+            "sequence-number": sequence_number, "timestamp-ms": timestamp_ms, "manifest-list": manifest_list,
+            "summary": self._summary(manifests), "schema-id": schema.schema_id})
+        kept = [s for s in (prev.snapshots if prev else []) if _records_version(s) >= self.oldest_retained]
+        self.retired = [s for s in (prev.snapshots if prev else []) if _records_version(s) < self.oldest_retained]
+        kept_ids = {s.snapshot_id for s in kept}
+        schemas = [s for s in (prev.schemas if prev else [])
+                   if s.schema_id in {k.schema_id for k in kept} and s.schema_id != schema.schema_id]
+        properties = {
+            **(dict(prev.properties) if prev else {}),
+            NAME_MAPPING: _name_mapping(schema, plan.left_out),
+            PRIMARY_KEY: json.dumps([c.name for c in self.version.table.columns if c.primary_key]),
+            LEFT_OUT: json.dumps(plan.left_out),
+        }
+        metadata_log = [e for e in (prev.metadata_log if prev else [])
+                        if _version_of_metadata_file(e.metadata_file) >= self.oldest_retained]
+        if prev and parent is not None and _records_version(parent) >= self.oldest_retained:
+            metadata_log.append(MetadataLogEntry.model_validate({
+                "metadata-file": self._url(_metadata_path(self.prefix, _records_version(parent))),
+                "timestamp-ms": prev.last_updated_ms}))
+        snapshot_log = [*(e for e in (prev.snapshot_log if prev else []) if e.snapshot_id in kept_ids),
+                        SnapshotLogEntry.model_validate({"snapshot-id": number, "timestamp-ms": timestamp_ms})]
+        return TableMetadataV2.model_validate({
+            "location": self.location,
+            "table-uuid": prev.table_uuid if prev else uuid.uuid5(uuid.NAMESPACE_URL, self.location),
+            "last-updated-ms": max(timestamp_ms, prev.last_updated_ms if prev else 0),
+            "last-column-id": max(plan.last_column_id, prev.last_column_id if prev else 0),
+            "schemas": [*schemas, schema], "current-schema-id": schema.schema_id,
+            "partition-specs": [UNPARTITIONED_PARTITION_SPEC], "default-spec-id": UNPARTITIONED_PARTITION_SPEC.spec_id,
+            "last-partition-id": 999, "properties": properties, "current-snapshot-id": number,
+            "snapshots": [*kept, snapshot], "snapshot-log": snapshot_log, "metadata-log": metadata_log,
+            "sort-orders": [UNSORTED_SORT_ORDER], "default-sort-order-id": UNSORTED_SORT_ORDER.order_id,
+            "refs": {MAIN_BRANCH: SnapshotRef.model_validate({"snapshot-id": number, "type": SnapshotRefType.BRANCH})},
+            "last-sequence-number": sequence_number,
+        })
+
+    def _url(self, path: str) -> str:
+        return self.storage.url(path)
+
+    def _write_manifests(self, schema: Schema, parent: Snapshot | None, sequence_number: int) -> list[ManifestFile]:
+        """One manifest: the parent's live entries this version keeps (EXISTING) or removed (DELETED), and the
+        version's new files (ADDED)."""
+        wanted = {self._url(f"{self.prefix}/{f.path}"): f for f in self.version.files}
+        carried = [e for m in (parent.manifests(self.io) if parent else [])
+                   for e in m.fetch_manifest_entry(self.io, discard_deleted=True)]
+        carried_urls = {e.data_file.file_path for e in carried}
+        new = [url for url in wanted if url not in carried_urls]
+        if not carried and not new:
+            return []
+        path = f"{self.prefix}/{METADATA}/{uuid.uuid4()}-m{self.version.version}.avro"
+        output = self.io.new_output(self._url(path))
+        number = self.version.version
+        with write_manifest(2, UNPARTITIONED_PARTITION_SPEC, schema, output, number, _AVRO_CODEC) as writer:
+            for entry in carried:
+                if entry.data_file.file_path in wanted:
+                    writer.existing(entry)
+                else:
+                    writer.delete(entry)
+                    self.removed += 1
+            for url in new:
+                writer.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=number,
+                                                   data_file=self._data_file(schema, url, wanted[url].bytes)))
+                self.added += 1
+        self.written.append(path)
+        return [writer.to_manifest_file()]
+
+    def _data_file(self, schema: Schema, url: str, size: int) -> DataFile:
+        """A new file's entry, its statistics from its Parquet footer (columns mapped by name)."""
+        import pyarrow.parquet as pq
+
+        with self.storage.open_input(self.io.path_of(url)) as source:
+            footer = pq.read_metadata(source)
+        by_path = parquet_path_to_id_mapping(schema)
+        columns = {footer.schema.column(i).path for i in range(footer.num_columns)}
+        stats = data_file_statistics_from_parquet_metadata(
+            parquet_metadata=footer, stats_columns=_stats_plan(schema),
+            parquet_column_mapping={path: by_path.get(path, _LEFT_OUT_ID) for path in columns})
+        stats.column_sizes.pop(_LEFT_OUT_ID, None)
+        return DataFile.from_args(
+            content=DataFileContent.DATA, file_path=url, file_format=FileFormat.PARQUET,
+            partition=stats.partition(UNPARTITIONED_PARTITION_SPEC, schema), file_size_in_bytes=size,
+            sort_order_id=None, spec_id=UNPARTITIONED_PARTITION_SPEC.spec_id, equality_ids=None, key_metadata=None,
+            **stats.to_serialized_dict())
+
+    def _write_manifest_list(self, manifests: list[ManifestFile], parent: Snapshot | None,
+                             sequence_number: int) -> str:
+        number = self.version.version
+        path = f"{self.prefix}/{METADATA}/snap-{number}-{uuid.uuid4()}.avro"
+        url = self._url(path)
+        with write_manifest_list(2, self.io.new_output(url), number, parent.snapshot_id if parent else None,
+                                 sequence_number, _AVRO_CODEC) as writer:
+            writer.add_manifests(manifests)
+        self.written.append(path)
+        return url
+
+    def _summary(self, manifests: list[ManifestFile]) -> Summary:
+        files = self.version.files
+        operation = (Operation.APPEND if not self.removed else
+                     Operation.DELETE if not self.added else Operation.OVERWRITE)
+        deleted_rows = sum(m.deleted_rows_count or 0 for m in manifests)
+        added_rows = sum(m.added_rows_count or 0 for m in manifests)
+        return Summary(operation, **{
+            RECORDS_VERSION: str(self.version.version), "records-operation": self.version.operation,
+            "added-data-files": str(self.added), "deleted-data-files": str(self.removed),
+            "added-records": str(added_rows), "deleted-records": str(deleted_rows),
+            "total-data-files": str(len(files)), "total-records": str(sum(f.rows for f in files)),
+            "total-files-size": str(sum(f.bytes for f in files)), "total-delete-files": "0",
+            "total-position-deletes": "0", "total-equality-deletes": "0"})
+
+    def delete_retired(self, metadata_versions: list[int]) -> None:
+        """After the commit: the retired snapshots' manifest lists and manifests, and the metadata files of
+        versions before `oldest_retained` (a crash's leftovers included)."""
+        for snapshot in self.retired:
+            try:
+                manifests = snapshot.manifests(self.io)
+            except FileNotFoundError:
+                manifests = []
+            for manifest in manifests:
+                self.storage.delete(self.io.path_of(manifest.manifest_path))
+            self.storage.delete(self.io.path_of(snapshot.manifest_list))
+        for number in metadata_versions:
+            if number < self.oldest_retained:
+                self.storage.delete(_metadata_path(self.prefix, number))
+
+
+def _stats_plan(schema: Schema) -> dict[int, StatisticsCollector]:
+    """pyiceberg's statistics of every schema field, and none of the Parquet columns left out of the schema."""
+    plan = compute_statistics_plan(schema, {})
+    plan[_LEFT_OUT_ID] = StatisticsCollector(field_id=_LEFT_OUT_ID, iceberg_type=StringType(),
+                                             mode=MetricsMode(MetricModeTypes.NONE), column_name="")
+    return plan
+
+
+def _records_version(snapshot: Snapshot) -> int:
+    value = snapshot.summary.get(RECORDS_VERSION) if snapshot.summary else None
+    return int(value) if value is not None else snapshot.snapshot_id
+
+
+def _version_of_metadata_file(url: str) -> int:
+    name = url.rsplit("/", 1)[-1]
+    number = name[1:-len(".metadata.json")] if name.startswith("v") and name.endswith(".metadata.json") else ""
+    return int(number) if number.isdigit() else -1
+
+
+class StorageFileIO(FileIO):
+    """pyiceberg's FileIO over our Storage, for the manifests this writer reads and writes: absolute URLs below
+    the storage root map to its relative paths."""
+
+    def __init__(self, storage: Storage) -> None:
+        super().__init__()
+        self.storage = storage
+        self.root = storage.url("").rstrip("/") + "/"
+
+    def path_of(self, location: str) -> str:
+        if not location.startswith(self.root):
+            raise DestinationError(f"Iceberg file {location} is outside the storage root {self.root}")
+        return location[len(self.root):]
+
+    def new_input(self, location: str) -> InputFile:
+        return _StorageInput(self, location)
+
+    def new_output(self, location: str) -> OutputFile:
+        return _StorageOutput(self, location)
+
+    def delete(self, location: str | InputFile | OutputFile) -> None:
+        self.storage.delete(self.path_of(location if isinstance(location, str) else location.location))
+
+
+class _StorageInput(InputFile):
+    def __init__(self, file_io: StorageFileIO, location: str) -> None:
+        super().__init__(location)
+        self.file_io = file_io
+
+    def __len__(self) -> int:
+        return self.file_io.storage.size(self.file_io.path_of(self.location))
+
+    def exists(self) -> bool:
+        return self.file_io.storage.exists(self.file_io.path_of(self.location))
+
+    def open(self, seekable: bool = True) -> InputStream:
+        return io.BytesIO(self.file_io.storage.read_bytes(self.file_io.path_of(self.location)))
+
+
+class _Buffer(io.BytesIO):
+    """Bytes written to an output: stored as one object when closed."""
+
+    def __init__(self, output: _StorageOutput) -> None:
+        super().__init__()
+        self.output = output
+
+    def close(self) -> None:
+        if not self.closed:
+            data = self.getvalue()
+            self.output.file_io.storage.write_bytes(self.output.file_io.path_of(self.output.location), data)
+            self.output.length = len(data)
+        super().close()
+
+
+class _StorageOutput(OutputFile):
+    def __init__(self, file_io: StorageFileIO, location: str) -> None:
+        super().__init__(location)
+        self.file_io = file_io
+        self.length = 0
+
+    def __len__(self) -> int:
+        return self.length
+
+    def exists(self) -> bool:
+        return self.file_io.storage.exists(self.file_io.path_of(self.location))
+
+    def to_input_file(self) -> InputFile:
+        return _StorageInput(self.file_io, self.location)
+
+    def create(self, overwrite: bool = False) -> OutputStream:
+        return _Buffer(self)
+

@@ -1,0 +1,337 @@
+"""The Iceberg writer (destination/table_formats/iceberg.py) read back by pyiceberg, DuckDB's iceberg extension and
+polars, on local disk and on S3, compared row for row with the Parquet data files themselves."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+import uuid
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import duckdb
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyiceberg.io.pyarrow import UnsupportedPyArrowTypeException
+from pyiceberg.table import StaticTable
+
+from destination.storage.base import Storage
+from destination.table_formats.iceberg import LEFT_OUT, PRIMARY_KEY, IcebergFormat, file_io_properties
+from destination.table_formats.version import LakeFile, LakeVersion
+from destination.table_model import DESTINATION_META, ColumnDef, TableDef
+from destination.table_store.datafiles import write_data_file
+from destination.type_mapping import arrow_schema
+
+pytestmark = pytest.mark.filterwarnings("ignore:Iceberg scan planning with the polars_iceberg plugin")
+PREFIX = "s/t"
+EPOCH = 1_700_000_000.0
+
+
+class Lake:
+    """A table's records versions as the writer sees them: data files written as the server writes them, and the
+    LakeVersions committed to the Iceberg format."""
+
+    def __init__(self, storage: Storage, prefix: str = PREFIX) -> None:
+        self.storage, self.prefix, self.format = storage, prefix, IcebergFormat()
+        self.versions: dict[int, LakeVersion] = {}
+
+    def write(self, version: int, table: TableDef, columns: dict[str, list[Any]]) -> LakeFile:
+        rows = len(next(iter(columns.values())))
+        data = pa.table({**columns, DESTINATION_META: [f"m{version}"] * rows}, schema=arrow_schema(table.columns))
+        name = f"part-{uuid.uuid4()}.parquet"
+        written = write_data_file(self.storage, f"{self.prefix}/v{version:020d}", name, data, table, None)
+        return LakeFile(path=f"v{version:020d}/{name}", bytes=written.bytes, rows=written.rows)
+
+    def commit(self, version: int, table: TableDef, files: list[LakeFile], oldest_retained: int = 1,
+               operation: str = "write_batch") -> LakeVersion:
+        lake_version = LakeVersion(version=version, committed_at=EPOCH + version * 10, table=table,
+                                   files=tuple(files), operation=operation, change_feed=False)
+        self.format.commit(self.storage, self.prefix, lake_version, oldest_retained)
+        self.versions[version] = lake_version
+        return lake_version
+
+    def expected(self, version: int, columns: list[str]) -> list[dict[str, Any]]:
+        """The rows of the version's data files, read with pyarrow."""
+        tables = []
+        for f in self.versions[version].files:
+            with self.storage.open_input(f"{self.prefix}/{f.path}") as source:
+                tables.append(pq.read_table(source).select(columns))
+        return _sorted(pa.concat_tables(tables).to_pylist() if tables else [])
+
+    @property
+    def location(self) -> str:
+        return self.storage.url(self.prefix)
+
+
+def _sorted(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(rows, key=lambda r: (r["id"], r[DESTINATION_META]))
+
+
+def static_table(lake: Lake, metadata: str | None = None) -> StaticTable:
+    location = lake.location if metadata is None else f"{lake.location}/metadata/{metadata}"
+    return StaticTable.from_metadata(location, properties=file_io_properties(lake.storage.spec))
+
+
+def _extension(module: Any) -> str:
+    return str(sorted(Path(module.__file__).parent.glob("extensions/*/*.duckdb_extension"))[-1])
+
+
+def duck(lake: Lake) -> duckdb.DuckDBPyConnection:
+    """DuckDB with PyPI's extensions (never downloaded at run time), and a secret for the S3 endpoint."""
+    import duckdb_extension_avro
+    import duckdb_extension_httpfs
+    import duckdb_extension_iceberg
+
+    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    con.execute("SET TimeZone = 'UTC'")
+    for module in (duckdb_extension_avro, duckdb_extension_iceberg):  # iceberg reads its manifests with avro
+        con.execute(f"LOAD '{_extension(module)}'")
+    spec = lake.storage.spec
+    if spec.is_s3:
+        con.execute(f"LOAD '{_extension(duckdb_extension_httpfs)}'")
+        endpoint = urlparse(spec.s3_endpoint)
+        con.execute("CREATE SECRET s3 (TYPE s3, KEY_ID ?, SECRET ?, ENDPOINT ?, URL_STYLE 'path', USE_SSL false, "
+                    "REGION ?)", [spec.access_key_id, spec.secret_access_key, endpoint.netloc, spec.s3_region])
+    return con
+
+
+def duck_rows(lake: Lake, con: duckdb.DuckDBPyConnection, options: str = "") -> list[dict[str, Any]]:
+    location = lake.location.removeprefix("file://")
+    return _sorted(con.execute(f"SELECT * FROM iceberg_scan('{location}'{options})").to_arrow_table().to_pylist())
+
+
+def scan_polars(lake: Lake, table: StaticTable, snapshot_id: int | None = None) -> pl.LazyFrame:
+    """polars reads the data files with its own object store: it is told the S3 endpoint too."""
+    spec = lake.storage.spec
+    options = {"aws_endpoint_url": spec.s3_endpoint, "aws_access_key_id": spec.access_key_id,
+               "aws_secret_access_key": spec.secret_access_key, "aws_region": spec.s3_region,
+               "aws_allow_http": "true", "aws_virtual_hosted_style_request": "false"} if spec.is_s3 else None
+    return pl.scan_iceberg(table, snapshot_id=snapshot_id, storage_options=options)
+
+
+def read_all(lake: Lake, con: duckdb.DuckDBPyConnection) -> dict[str, list[dict[str, Any]]]:
+    """The latest snapshot as each reader returns it."""
+    table = static_table(lake)
+    return {"pyiceberg": _sorted(table.scan().to_arrow().to_pylist()),
+            "duckdb": duck_rows(lake, con),
+            "polars": _sorted(scan_polars(lake, table).collect().to_arrow().to_pylist())}
+
+
+KEYED = (ColumnDef("id", "INT", primary_key=True), ColumnDef("code", "STRING"),
+         ColumnDef("amount", "DECIMAL", precision=10, scale=2))
+BASE = TableDef("t", KEYED)
+WITH_NOTE = BASE.with_columns([*KEYED, ColumnDef("note", "STRING")])
+RETYPED = BASE.with_columns([KEYED[0], ColumnDef("code", "LONG"), KEYED[2], ColumnDef("note", "STRING")])
+
+
+def _rows(ids: range, code: Any = str, note: bool = False) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {"id": list(ids), "code": [code(i) for i in ids],
+                                 "amount": [Decimal(i) / 4 for i in ids]}
+    if note:
+        out["note"] = [None if i % 2 else f"n{i}" for i in ids]
+    return out
+
+
+def test_a_sequence_of_versions_reads_back_in_every_reader(storage: Storage) -> None:
+    lake = Lake(storage)
+    con = duck(lake)
+    lake.commit(1, BASE, [], operation="create_table")
+    assert all(rows == [] for rows in read_all(lake, con).values())
+    a, b = lake.write(2, BASE, _rows(range(0, 5))), lake.write(2, BASE, _rows(range(5, 9)))
+    lake.commit(2, BASE, [a, b])
+    c = lake.write(3, BASE, _rows(range(5, 12)))
+    lake.commit(3, BASE, [a, c])  # b replaced by c
+    d = lake.write(4, WITH_NOTE, {**_rows(range(0, 12), note=True)})
+    lake.commit(4, WITH_NOTE, [d], operation="alter_table")  # a column added: every file rewritten
+    e = lake.write(5, RETYPED, _rows(range(0, 12), code=int, note=True))
+    lake.commit(5, RETYPED, [e], operation="alter_table")  # code STRING -> LONG: no Iceberg promotion
+    f = lake.write(6, RETYPED, _rows(range(20, 23), code=int, note=True))
+    lake.commit(6, RETYPED, [e, f])
+    lake.commit(7, RETYPED, [])  # every row deleted
+    for n in range(1, 8):  # each version's latest read, from its own metadata file
+        names = [c.name for c in lake.versions[n].table.columns] + [DESTINATION_META]
+        own = static_table(lake, f"v{n}.metadata.json")
+        assert _sorted(own.scan().to_arrow().to_pylist()) == lake.expected(n, names), n
+        assert _sorted(scan_polars(lake, own).collect().to_arrow().to_pylist()) == lake.expected(n, names), n
+        assert duck_rows(lake, con, f", version='{n}'") == lake.expected(n, names), n
+
+    table = static_table(lake)
+    assert [s.snapshot_id for s in table.snapshots()] == list(range(1, 8))
+    assert [s.summary["records-version"] for s in table.snapshots() if s.summary] == [str(n) for n in range(1, 8)]
+    assert [s.timestamp_ms for s in table.snapshots()] == [int((EPOCH + n * 10) * 1000) for n in range(1, 8)]
+    assert all(rows == [] for rows in read_all(lake, con).values())
+
+    schemas = {s.snapshot_id: table.metadata.schema_by_id(s.schema_id) for s in table.snapshots()
+               if s.schema_id is not None}
+    ids = {n: {f.name: f.field_id for f in schema.fields} for n, schema in schemas.items() if schema}
+    assert ids[2]["id"] == ids[5]["id"] == ids[7]["id"] and ids[4]["note"] == ids[7]["note"]
+    assert ids[4]["code"] != ids[5]["code"]  # STRING -> LONG is no promotion: a new field id
+    mapping = table.metadata.name_mapping()
+    assert mapping is not None and {f.names[0]: f.field_id for f in mapping}["code"] == ids[7]["code"]
+    assert table.metadata.properties[PRIMARY_KEY] == '["id"]'
+
+    for n in range(2, 7):  # time travel by snapshot id and by time, in each reader
+        version = lake.versions[n]
+        names = [f.name for f in schemas[n].fields]
+        expected = lake.expected(n, names)
+        if n < 5:  # before the type change the name maps to code's new id: the latest metadata reads it as null
+            expected = [{**row, "code": None} for row in expected]
+        by_id = table.scan(snapshot_id=n).to_arrow().to_pylist()
+        assert _sorted(by_id) == expected, n
+        at_time = table.snapshot_as_of_timestamp(int(version.committed_at * 1000) + 5)
+        assert at_time is not None and at_time.snapshot_id == n
+        assert _sorted(scan_polars(lake, table, snapshot_id=n).collect().to_arrow().to_pylist()) == expected, n
+        duck_expected = lake.expected(n, names)  # DuckDB maps by the snapshot's own schema
+        assert duck_rows(lake, con, f", snapshot_from_id={n}") in (duck_expected, expected), n
+    # a version's own metadata file reads it with its own name mapping
+    own = static_table(lake, "v4.metadata.json")
+    assert _sorted(own.scan().to_arrow().to_pylist()) == lake.expected(4, [f.name for f in schemas[4].fields])
+    assert duck_rows(lake, con, ", version='3'") == lake.expected(3, [f.name for f in schemas[3].fields])
+
+
+def test_every_fivetran_type_reads_back(storage: Storage) -> None:
+    columns = (ColumnDef("id", "INT", primary_key=True), ColumnDef("b", "BOOLEAN"), ColumnDef("sh", "SHORT"),
+               ColumnDef("l", "LONG"), ColumnDef("d", "DECIMAL", precision=38, scale=10),
+               ColumnDef("wide", "DECIMAL", precision=50, scale=5), ColumnDef("f", "FLOAT"), ColumnDef("db", "DOUBLE"),
+               ColumnDef("nd", "NAIVE_DATE"), ColumnDef("ndt", "NAIVE_DATETIME"), ColumnDef("udt", "UTC_DATETIME"),
+               ColumnDef("nt", "NAIVE_TIME"), ColumnDef("bin", "BINARY"), ColumnDef("s", "STRING"),
+               ColumnDef("j", "JSON"), ColumnDef("x", "XML"))
+    table_def = TableDef("all_types", columns)
+    utc = dt.UTC
+    values: dict[str, list[Any]] = {
+        "id": [1, 2, 3], "b": [True, False, None], "sh": [-32768, 32767, None], "l": [-(2**63), 2**63 - 1, None],
+        "d": [Decimal("1234567890123456789012345678.0123456789"), Decimal("-0.0000000001"), None],
+        "wide": [Decimal("123456789012345678901234567890123456789012345.12345"), Decimal(0), None],
+        "f": [1.5, -3.25, None], "db": [1e300, -2.5e-300, None],
+        "nd": [dt.date(1, 1, 1), dt.date(9999, 12, 31), None],
+        "ndt": [dt.datetime(2024, 2, 29, 23, 59, 59, 999999), dt.datetime(1900, 1, 1), None],
+        "udt": [dt.datetime(2024, 2, 29, 12, 0, 0, 1, tzinfo=utc), dt.datetime(1970, 1, 1, tzinfo=utc), None],
+        "nt": [dt.time(23, 59, 59, 999999), dt.time(0, 0), None],
+        "bin": [b"\x00\xff\x10", b"", None], "s": ["héllo", "", None], "j": ['{"a": [1, 2]}', "null", None],
+        "x": ["<a b='1'/>", "<r/>", None],
+    }
+    # every type but DECIMAL(50,5) in one table, read by each reader
+    lake = Lake(storage, "s/all")
+    narrow = table_def.with_columns([c for c in columns if c.name != "wide"])
+    lake.commit(1, narrow, [lake.write(1, narrow, {k: v for k, v in values.items() if k != "wide"})])
+    table = static_table(lake)
+    assert {f.name: str(f.field_type) for f in table.schema().fields if f.name in ("sh", "nt", "udt", "d")} == {
+        "sh": "int", "d": "decimal(38, 10)", "udt": "timestamptz", "nt": "time"}
+    names = [*narrow.column_names, DESTINATION_META]
+    expected = lake.expected(1, names)
+    for reader, rows in read_all(lake, duck(lake)).items():
+        assert rows == expected, reader  # SHORT comes back as a 32-bit int, UTC_DATETIME with its zone
+
+    # DECIMAL(50,5): beyond Iceberg's 38 digits, left out of the schema; DuckDB and polars read the other
+    # columns, pyiceberg refuses every file holding a decimal256 column
+    lake = Lake(storage, "s/wide")
+    lake.commit(1, table_def, [lake.write(1, table_def, values)])
+    table = static_table(lake)
+    assert "wide" not in {f.name for f in table.schema().fields}
+    assert list(json.loads(table.metadata.properties[LEFT_OUT])) == ["wide"]
+    expected = lake.expected(1, names)
+    assert duck_rows(lake, duck(lake)) == expected
+    assert _sorted(scan_polars(lake, table).collect().to_arrow().to_pylist()) == expected
+    with pytest.raises(UnsupportedPyArrowTypeException, match="wide"):
+        table.scan().to_arrow()
+
+
+def test_commit_is_idempotent_and_a_losing_writer_leaves_nothing(tmp_path: Path) -> None:
+    from destination.storage.base import StorageSpec, open_storage
+
+    storage = open_storage(StorageSpec(root=str(tmp_path / "root")))
+    lake = Lake(storage)
+    first = lake.write(7, BASE, _rows(range(0, 3)))
+    lake.commit(7, BASE, [first], oldest_retained=7)  # the table's records history starts at 7
+    assert lake.format.last_version(storage, PREFIX) == 7
+    metadata_dir = tmp_path / "root" / PREFIX / "metadata"
+    before = {p.name: p.read_bytes() for p in metadata_dir.iterdir()}
+    lake.commit(7, BASE, [first], oldest_retained=7)  # again: nothing changes
+    lake.format.commit_on(storage, PREFIX, lake.versions[7], 7, [])  # a writer that listed before the commit
+    assert {p.name: p.read_bytes() for p in metadata_dir.iterdir()} == before
+    assert (metadata_dir / "version-hint.text").read_text() == "7"
+    table = static_table(lake)
+    assert [s.snapshot_id for s in table.snapshots()] == [7]
+    assert _sorted(table.scan().to_arrow().to_pylist()) == lake.expected(7, [*BASE.column_names, DESTINATION_META])
+
+    # a gap: the format at 7, records at 10 (8 and 9 retired before they were caught up)
+    later = lake.write(10, BASE, _rows(range(3, 6)))
+    lake.commit(10, BASE, [later], oldest_retained=9)
+    table = static_table(lake)
+    assert [s.snapshot_id for s in table.snapshots()] == [10]
+    assert _sorted(table.scan().to_arrow().to_pylist()) == lake.expected(10, [*BASE.column_names, DESTINATION_META])
+    assert sorted(p.name for p in metadata_dir.glob("v*.metadata.json")) == ["v10.metadata.json"]
+
+    # a hint left behind by a crash between the commit point and the hint's move is moved forward
+    (metadata_dir / "version-hint.text").write_text("7")
+    assert lake.format.last_version(storage, PREFIX) == 10
+    assert (metadata_dir / "version-hint.text").read_text() == "10"
+
+
+def test_oldest_retained_ends_time_travel_to_older_snapshots(storage: Storage) -> None:
+    lake = Lake(storage)
+    files: list[LakeFile] = []
+    for n in range(1, 7):
+        files.append(lake.write(n, BASE, _rows(range(n * 10, n * 10 + 2))))
+        lake.commit(n, BASE, list(files), oldest_retained=1 if n < 6 else 4)
+    table = static_table(lake)
+    assert [s.snapshot_id for s in table.snapshots()] == [4, 5, 6]
+    with pytest.raises(ValueError, match="Snapshot not found"):
+        table.scan(snapshot_id=2).to_arrow()
+    assert table.snapshot_as_of_timestamp(int((EPOCH + 30) * 1000)) is None
+    con = duck(lake)
+    with pytest.raises(duckdb.Error):
+        duck_rows(lake, con, ", snapshot_from_id=2")
+    names = [*BASE.column_names, DESTINATION_META]
+    for n in (4, 5, 6):
+        assert _sorted(table.scan(snapshot_id=n).to_arrow().to_pylist()) == lake.expected(n, names)
+        assert duck_rows(lake, con, f", snapshot_from_id={n}") == lake.expected(n, names)
+    listed = [p.rsplit("/", 1)[-1] for p in storage.list_starting_with(f"{PREFIX}/metadata/")]
+    assert sorted(p for p in listed if p.endswith(".metadata.json")) == ["v4.metadata.json", "v5.metadata.json",
+                                                             "v6.metadata.json"]
+    assert sorted(p.split("-")[1] for p in listed if p.startswith("snap-")) == ["4", "5", "6"]
+    assert len([p for p in listed if p.endswith(".avro") and not p.startswith("snap-")]) == 3
+
+
+def test_cost_stays_bounded_over_many_versions(storage: Storage) -> None:
+    """30 versions of one new file each, five retained: the current snapshot has one manifest, the metadata
+    folder holds the retained snapshots' files only, and neither a commit nor a read slows down."""
+    lake = Lake(storage)
+    files: list[LakeFile] = []
+    commit_seconds, read_seconds = [], []
+    for n in range(1, 31):
+        files.append(lake.write(n, BASE, _rows(range(n * 10, n * 10 + 2))))
+        started = time.perf_counter()
+        lake.commit(n, BASE, list(files[-20:]), oldest_retained=max(1, n - 4))
+        commit_seconds.append(time.perf_counter() - started)
+        if n in (5, 30):
+            started = time.perf_counter()
+            rows = static_table(lake).scan().to_arrow().num_rows
+            read_seconds.append(time.perf_counter() - started)
+            assert rows == 2 * min(n, 20)
+    table = static_table(lake)
+    snapshot = table.current_snapshot()
+    assert snapshot is not None and len(snapshot.manifests(table.io)) == 1
+    assert len(table.snapshots()) == 5
+    assert len(list(storage.list_starting_with(f"{PREFIX}/metadata/"))) == 5 * 3 + 1  # + the hint
+    assert sum(commit_seconds[-5:]) < 3 * sum(commit_seconds[5:10]) + 0.5
+    assert read_seconds[1] < 3 * read_seconds[0] + 0.5
+
+
+def test_registers_in_a_sql_catalog(tmp_path: Path) -> None:
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from destination.storage.base import StorageSpec, open_storage
+
+    lake = Lake(open_storage(StorageSpec(root=str(tmp_path / "root"))))
+    lake.commit(1, BASE, [lake.write(1, BASE, _rows(range(0, 4)))])
+    catalog = SqlCatalog("records", uri=f"sqlite:///{tmp_path / 'catalog.db'}", warehouse=f"file://{tmp_path}")
+    catalog.create_namespace("s")
+    registered = catalog.register_table(("s", "t"), f"{lake.location}/metadata/v1.metadata.json")
+    loaded = catalog.load_table(("s", "t"))
+    assert registered.metadata_location == loaded.metadata_location
+    assert _sorted(loaded.scan().to_arrow().to_pylist()) == lake.expected(1, [*BASE.column_names, DESTINATION_META])
