@@ -1,0 +1,160 @@
+"""Every table is also a Delta Lake and an Iceberg table at its folder: tables written by the tester inputs through
+the server (plain, history, after migrations, with change files), on local disk and on S3, read back by delta-rs,
+DuckDB (delta and iceberg), polars (delta and iceberg) and pyiceberg, equal the records directory row for row; time
+travel and the Delta change feed agree with the records versions and the change files; a crash between the records
+commit and the formats' commits is caught up by the next write; retention in the complete layout keeps the files
+the formats reference; `records-destination formats --rebuild` writes the metadata anew."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from destination.changes import cdf
+from destination.changes.reader import read_version
+from destination.cli import main as cli_main
+from destination.storage.base import Storage, open_storage
+from destination.table_formats.sync import FollowFormats, formats_named
+from destination.table_model import DESTINATION_META, TableDef
+from destination.table_store import layout
+from destination.table_store.datafiles import align, read_data_file
+from destination.table_store.locations import file_dir
+from destination.table_store.options import COMPLETE, TABLE_FORMATS
+from destination.table_store.store import Retention, TableStore, TableVersion
+from destination.tester.harness import Harness
+from tests.conftest import spec_of
+from tests.lake_readers import DELTA_READERS, ICEBERG_READERS, delta_rs, delta_table, iceberg_pyiceberg, rows
+from tests.test_conformance import INPUTS
+from tests.test_table_store import SCHEMA, SimulatedCrash, appender
+
+pytestmark = pytest.mark.filterwarnings("ignore:Iceberg scan planning with the polars_iceberg plugin")
+
+TESTER_INPUTS = [INPUTS / "clickhouse" / "input_all_data_types.json", INPUTS / "clickhouse" / "input_history_mode.json",
+                 INPUTS / "clickhouse" / "schema_migrations_input_ddl.json", INPUTS / "fivetran_partner_sdk" / "input.json"]
+NOT_IN_DELTA = ("NAIVE_TIME",)  # Delta has no time of day (README "Querying a table at its fixed address")
+
+
+def records_rows(storage: Storage, version: TableVersion) -> pa.Table:
+    parts = [align(read_data_file(storage, file_dir(version.directory, f), f.name), version.table)
+             for f in version.files]
+    return pa.concat_tables(parts)
+
+
+def columns_in(table: TableDef, fmt: str) -> list[str]:
+    """The columns a format's schema carries (decimals above 38 digits are in neither; none in the inputs)."""
+    return [c.name for c in table.columns if not (fmt == "delta" and c.type in NOT_IN_DELTA)] + [DESTINATION_META]
+
+
+def check_every_reader(storage: Storage, version: TableVersion) -> None:
+    url = storage.url(version.prefix)
+    stored = records_rows(storage, version)
+    for fmt, readers in (("delta", DELTA_READERS), ("iceberg", ICEBERG_READERS)):
+        columns = columns_in(version.table, fmt)
+        expected = rows(stored, columns)
+        for name, read in readers.items():
+            got = read(storage.spec, url)
+            assert set(columns) <= set(got.column_names), f"{version.table.name}: {name} lacks columns"
+            assert rows(got, columns) == expected, f"{version.table.name} version {version.version}: {name} differs"
+
+
+@pytest.mark.parametrize("path", TESTER_INPUTS, ids=lambda p: p.stem)
+def test_tester_tables_read_back_by_every_reader(grpc_server, configuration, tmp_path: Path, path: Path) -> None:  # type: ignore[no-untyped-def]
+    configuration = {**configuration, "changes": "parquet"}
+    harness = Harness(grpc_server, "tester", configuration, plain_text=False, batch_file_type="csv", workdir=tmp_path)
+    harness.run_file(path)
+    assert harness.failures == 0
+    storage = open_storage(spec_of(configuration))
+    store = TableStore(storage)
+    names = store.list_tables("tester")
+    assert names
+    for name in names:
+        latest = store.load("tester", name)
+        assert latest is not None
+        check_every_reader(storage, latest)
+        check_time_travel_and_change_feed(storage, store, latest)
+
+
+def check_time_travel_and_change_feed(storage: Storage, store: TableStore, latest: TableVersion) -> None:
+    """Delta version N and Iceberg snapshot N are records version N; Delta's change feed of a version with row
+    events is exactly its change files' events."""
+    url = storage.url(latest.prefix)
+    assert delta_table(storage.spec, url).version() == latest.version
+    for n in range(max(1, latest.version - 3), latest.version + 1):
+        old = store.load("tester", latest.table.name, n)
+        assert old is not None
+        for fmt, read in (("delta", lambda: delta_rs(storage.spec, url, n)),
+                          ("iceberg", lambda: iceberg_pyiceberg(storage.spec, url, n))):
+            columns = [c for c in columns_in(old.table, fmt) if c in columns_in(latest.table, fmt)]
+            assert rows(read(), columns) == rows(records_rows(storage, old), columns), f"{fmt} version {n}"
+        changes = read_version(storage, latest.prefix, n)
+        if changes.kind != "rows" or n == 1:
+            continue
+        feed = pa.table(delta_table(storage.spec, url).load_cdf(starting_version=n, ending_version=n).read_all())
+        expected = cdf.change_rows(changes.events, n, 0)
+        columns = [c.name for c in old.table.columns if c.type not in NOT_IN_DELTA] + [cdf.CHANGE_TYPE]
+        assert rows(feed, columns) == rows(expected, columns), f"change feed of version {n}"
+
+
+def lake_store(storage: Storage, **options: Any) -> TableStore:
+    return TableStore(storage, follow=FollowFormats(formats_named(TABLE_FORMATS)), **options)
+
+
+def ids_in(table: pa.Table) -> list[int]:
+    return sorted(table.column("id").to_pylist())
+
+
+def test_a_crash_between_the_records_commit_and_the_formats_is_caught_up_by_the_next_write(storage: Storage) -> None:
+    store = lake_store(storage)
+    store.write(SCHEMA, "events", appender(storage, 0))
+
+    def crash(step: str) -> None:
+        if step == "before_table_formats":
+            raise SimulatedCrash(step)
+
+    with pytest.raises(SimulatedCrash):
+        lake_store(storage, fault=crash).write(SCHEMA, "events", appender(storage, 10))
+    url = storage.url(layout.table_prefix(SCHEMA, "events"))
+    assert store.latest_version_number(layout.table_prefix(SCHEMA, "events")) == 2  # committed in records
+    # no format shows version 2, and what they show is version 1 whole
+    assert delta_table(storage.spec, url).version() == 1
+    assert ids_in(delta_rs(storage.spec, url)) == ids_in(iceberg_pyiceberg(storage.spec, url)) == [0, 1, 2]
+    third = store.write(SCHEMA, "events", appender(storage, 20))
+    assert third is not None and third.version == 3
+    assert ids_in(delta_rs(storage.spec, url, 2)) == ids_in(iceberg_pyiceberg(storage.spec, url, 2)) == [0, 1, 2, 10, 11, 12]
+    assert ids_in(delta_rs(storage.spec, url)) == ids_in(iceberg_pyiceberg(storage.spec, url)) == [0, 1, 2, 10, 11, 12, 20, 21, 22]
+
+
+def test_retention_in_the_complete_layout_keeps_the_files_the_formats_reference(storage: Storage) -> None:
+    store = lake_store(storage, retention=Retention(keep_versions=2, min_age_seconds=0), layout=COMPLETE)
+    for i in range(5):
+        store.write(SCHEMA, "events", appender(storage, i * 10))
+    prefix = layout.table_prefix(SCHEMA, "events")
+    url = storage.url(prefix)
+    latest = store.load(SCHEMA, "events")
+    assert latest is not None and latest.version == 5
+    carried = [f for f in latest.files if f.written_in is not None]  # copies naming where they were first written
+    assert len(carried) == 4 and all(storage.exists(f"{prefix}/{f.written_in}/{f.name}") for f in carried)
+    expected = [i * 10 + k for i in range(5) for k in range(3)]
+    for read in (*DELTA_READERS.values(), *ICEBERG_READERS.values()):
+        assert ids_in(read(storage.spec, url)) == expected
+    with pytest.raises(Exception):  # noqa: B017 - each reader words it its own way; version 2 is retired
+        delta_rs(storage.spec, url, 2)
+    assert ids_in(delta_rs(storage.spec, url, 4)) == expected[:12]
+
+
+def test_the_formats_command_rebuilds_the_metadata_from_the_committed_versions(storage: Storage, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", storage.spec.access_key_id)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", storage.spec.secret_access_key)
+    plain = TableStore(storage)  # formats off: no metadata
+    for i in range(3):
+        plain.write(SCHEMA, "events", appender(storage, i * 10))
+    prefix = layout.table_prefix(SCHEMA, "events")
+    assert not storage.list_children(f"{prefix}/_delta_log") and not storage.list_children(f"{prefix}/metadata")
+    options = ["--s3-endpoint", storage.spec.s3_endpoint, "--s3-region", "us-east-1"] if storage.spec.is_s3 else []
+    assert cli_main(["formats", f"{SCHEMA}.events", "--root", storage.spec.root, *options, "--rebuild"]) == 0
+    assert "delta at version 3" in capsys.readouterr().out
+    url = storage.url(prefix)
+    assert delta_table(storage.spec, url).version() == 3
+    assert ids_in(delta_rs(storage.spec, url, 2)) == ids_in(iceberg_pyiceberg(storage.spec, url, 2)) == [0, 1, 2, 10, 11, 12]
