@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
+from destination.errors import StorageError
 from destination.storage.base import Storage
 from destination.table_formats.delta import LOG, DeltaFormat, delta_storage_options
 from destination.table_formats.version import ChangeDataFile, LakeFile, LakeVersion
@@ -221,6 +222,16 @@ def test_every_fivetran_type_reads_back_with_its_values_in_every_reader(storage:
     assert fields["dec"].metadata == {"fivetran.type": "DECIMAL(38,10)", "fivetran.primary_key": False}
     assert fields["id"].metadata["fivetran.primary_key"] is True
     assert "clock" not in fields and "dec_wide" not in fields
+
+    again = lake(2, ALL_TYPES, [*version.files, data_file(storage, 2, ALL_TYPES, rows.slice(0, 0))])
+    DELTA.commit(storage, PREFIX, again, oldest_retained=1)
+    assert [next(iter(action)) for action in log_actions(storage, 2)] == ["commitInfo", "add"]  # same schema
+
+
+def test_an_unreadable_log_is_an_error_naming_the_table(storage: Storage) -> None:
+    storage.write_bytes(f"{PREFIX}/{LOG}/{1:020d}.json", b"not a delta commit\n")
+    with pytest.raises(StorageError, match=f"Delta log of {storage.url(PREFIX)}"):
+        DELTA.commit(storage, PREFIX, lake(2, TABLE, []), oldest_retained=1)
 
 
 def test_committing_a_version_the_log_holds_does_nothing(storage: Storage) -> None:

@@ -126,7 +126,7 @@ def delta_storage_options(spec: StorageSpec) -> dict[str, str]:
     """How delta-rs reaches the table: nothing for a local root; for S3 the endpoint, region and credentials."""
     if not spec.is_s3:
         return {}
-    options = {"AWS_REGION": spec.s3_region or "us-east-1", "AWS_S3_ALLOW_UNSAFE_RENAME": "true"}
+    options = {"AWS_REGION": spec.s3_region or "us-east-1"}
     if spec.s3_endpoint:
         options["AWS_ENDPOINT_URL"] = spec.s3_endpoint
         if spec.s3_endpoint.startswith("http://"):
