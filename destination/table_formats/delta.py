@@ -43,7 +43,7 @@ directories.
 | Fivetran         | Delta                 | deltalake (Arrow)   | DuckDB          | polars           |
 |------------------|-----------------------|---------------------|-----------------|------------------|
 | BOOLEAN          | boolean               | bool                | BOOLEAN         | Boolean          |
-| SHORT/INT/LONG   | short/integer/long    | int16/int32/int64   | SMALLINT/INT/BIGINT | Int16/32/64  |
+| SHORT/INT/LONG   | short/integer/long    | int16/int32/int64   | SMALLINT/INTEGER/BIGINT | Int16/Int32/Int64 |
 | DECIMAL(p≤38,s)  | decimal(p,s)          | decimal128(p,s)     | DECIMAL(p,s)    | Decimal(p,s)     |
 | DECIMAL(p>38,s)  | (not in the schema)   |                     |                 |                  |
 | FLOAT / DOUBLE   | float / double        | float32 / float64   | FLOAT / DOUBLE  | Float32/Float64  |
