@@ -86,6 +86,12 @@ def iceberg_pyiceberg(spec: StorageSpec, url: str, snapshot_id: int | None = Non
     return iceberg_table(spec, url).scan(snapshot_id=snapshot_id).to_arrow()
 
 
+def iceberg_pyiceberg_as_of(spec: StorageSpec, url: str, version: int) -> pa.Table:
+    """Version N through its own metadata file (`metadata/v<N>.metadata.json`): its schema and name mapping, so a
+    column whose type changed later reads as it was (through the latest metadata, snapshot N reads it as NULL)."""
+    return iceberg_table(spec, f"{url}/metadata/v{version}.metadata.json").scan().to_arrow()
+
+
 def iceberg_duckdb(spec: StorageSpec, url: str) -> pa.Table:
     return duck(spec).execute(f"SELECT * FROM iceberg_scan('{_path(url)}')").to_arrow_table()
 
@@ -107,7 +113,7 @@ def canonical(value: Any) -> Any:
         return format(value.normalize(), "f") if value == value else "nan"
     if isinstance(value, dt.datetime):
         if value.tzinfo is not None:
-            value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+            value = value.astimezone(dt.UTC).replace(tzinfo=None)
         return value.isoformat()
     if isinstance(value, dt.date | dt.time):
         return value.isoformat()

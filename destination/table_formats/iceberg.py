@@ -257,9 +257,18 @@ def _schema_for(table: TableDef, current: Schema | None, last_column_id: int, sc
     return _FieldPlan(Schema(*fields, schema_id=schema_id), last_column_id, left_out)
 
 
-def _name_mapping(schema: Schema, left_out: dict[str, int]) -> str:
+def _name_mapping(schema: Schema, left_out: dict[str, int], older: list[Schema]) -> str:
+    """Every column name of the data files a retained snapshot lists: the current schema's, the columns left out,
+    and columns of older retained schemas since dropped (a reader mapping an old file fails on a name the mapping
+    lacks), newest schema first."""
     mapped = create_mapping_from_schema(schema)
-    extra = [MappedField.model_validate({"field-id": field_id, "names": [name]}) for name, field_id in left_out.items()]
+    ids = dict(left_out)
+    current = {f.name for f in schema.fields}
+    for old in sorted(older, key=lambda s: -s.schema_id):
+        for f in old.fields:
+            if f.name not in current and f.name not in ids:
+                ids[f.name] = f.field_id
+    extra = [MappedField.model_validate({"field-id": field_id, "names": [name]}) for name, field_id in ids.items()]
     return NameMapping([*mapped, *extra]).model_dump_json()
 
 
@@ -318,7 +327,7 @@ class _Commit:
                    if s.schema_id in {k.schema_id for k in kept} and s.schema_id != schema.schema_id]
         properties = {
             **(dict(prev.properties) if prev else {}),
-            NAME_MAPPING: _name_mapping(schema, plan.left_out),
+            NAME_MAPPING: _name_mapping(schema, plan.left_out, schemas),
             PRIMARY_KEY: json.dumps([c.name for c in self.version.table.columns if c.primary_key]),
             LEFT_OUT: json.dumps(plan.left_out),
         }
