@@ -8,6 +8,10 @@ initial load's top keys for the first sync), the rest inserts new keys above the
 rows revised; `--update-share 0`: appends only). Retention is the configuration's (`--keep` versions, `--min-age`
 seconds).
 
+With `--table-formats` (e.g. `none;delta,iceberg`) each layout runs once per setting of the `table_formats` field,
+and the time spent writing the Delta and Iceberg metadata after each commit is reported too (first and last ten
+syncs: it must not grow with the number of versions).
+
 Reported per layout: the commit time of each sync (TableStore's commit step: carry-forward, metadata, commit record,
 and the housekeeping after it: `_latest`, claims, retention), the RPC time, the bytes stored under the table's
 version directories (on local disk each inode once: hard links cost nothing) against the latest version's data
@@ -39,6 +43,7 @@ from bench.workload import stamp
 from destination.protocol import sdk_grpc
 from destination.settings import ServerOptions
 from destination.storage.base import Storage, StorageSpec, open_storage
+from destination.table_formats.sync import FollowFormats
 from destination.table_store import layout, records
 from destination.table_store.store import TableStore
 
@@ -47,10 +52,11 @@ SCHEMA, TABLE = "bench", "clustered"
 
 class CommitClock:
     """Seconds spent in TableStore's commit step (and the housekeeping after it), per write: the bench wraps the
-    two methods in this process only."""
+    two methods in this process only. `formats` holds the part of it spent writing the table formats."""
 
     def __init__(self) -> None:
         self.seconds = 0.0
+        self.formats = FormatsClock()
 
     @contextmanager
     def installed(self) -> Iterator[None]:
@@ -67,9 +73,38 @@ class CommitClock:
             return run
         TableStore._commit, TableStore._finish = timed(originals[0]), timed(originals[1])  # type: ignore[method-assign]
         try:
-            yield
+            with self.formats.installed():
+                yield
         finally:
             TableStore._commit, TableStore._finish = originals  # type: ignore[method-assign]
+
+    def take(self) -> float:
+        seconds, self.seconds = self.seconds, 0.0
+        return seconds
+
+
+class FormatsClock:
+    """Seconds spent bringing the table formats up to each commit (FollowFormats), per write."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        original = FollowFormats.__call__
+        clock = self
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                clock.seconds += time.perf_counter() - started
+        FollowFormats.__call__ = run  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            FollowFormats.__call__ = original  # type: ignore[method-assign]
 
     def take(self) -> float:
         seconds, self.seconds = self.seconds, 0.0
@@ -122,35 +157,41 @@ def run_layout(stub: Any, configuration: dict[str, str], args: argparse.Namespac
     store = TableStore(storage)
     prefix = store.table_prefix(SCHEMA, TABLE)
 
-    def sync(step: int, ids: np.ndarray) -> tuple[float, float]:
+    def sync(step: int, ids: np.ndarray) -> tuple[float, float, float]:
         batch = write_batch_file(work, f"{configuration['layout']}-{step}",
                                  text_table(plain_rows(ids, step, pools, stamp(step)), names), "replace", "csv")
         started = time.perf_counter()
         write(stub, configuration, SCHEMA, TABLE, [batch], False)
         elapsed = time.perf_counter() - started
         Path(batch.path).unlink()
-        return elapsed, clock.take()
+        return elapsed, clock.take(), clock.formats.take()
 
     with clock.installed():
         create_table(stub, configuration, SCHEMA, TABLE, False)
         clock.take()
+        clock.formats.take()
         sync(0, np.arange(args.rows, dtype=np.int64))
         top = args.rows
         updates = int(args.sync_rows * args.update_share)
         inserts = args.sync_rows - updates
-        rpc, commit = [], []
+        rpc, commit, formats = [], [], []
         for step in range(1, args.syncs + 1):
             ids = np.concatenate([np.arange(top - updates, top), np.arange(top, top + inserts)]).astype(np.int64)
             top += inserts
-            elapsed, committed = sync(step, ids)
+            elapsed, committed, followed = sync(step, ids)
             rpc.append(elapsed)
             commit.append(committed)
+            formats.append(followed)
     latest = store.load(SCHEMA, TABLE)
     assert latest is not None
     table_bytes = sum(f.bytes for f in latest.files)
     stored = stored_bytes(storage, prefix)
     outside = sum(1 for f in latest.files if f.stored_in is not None)
-    return {"layout": configuration["layout"], "version": latest.version, "files": len(latest.files),
+    return {"layout": configuration["layout"], "table_formats": configuration["table_formats"],
+            "formats_median_s": statistics.median(formats), "formats_first10_median_s": statistics.median(formats[:10]),
+            "formats_last10_median_s": statistics.median(formats[-10:]),
+            "formats_share_of_rpc": statistics.median(f / r for f, r in zip(formats, rpc, strict=True)),
+            "version": latest.version, "files": len(latest.files),
             "files_listed_elsewhere": outside, "commit_median_s": statistics.median(commit),
             "commit_max_s": max(commit), "rpc_median_s": statistics.median(rpc), "table_bytes": table_bytes,
             "stored_bytes": stored, "stored_over_table": stored / table_bytes, **readers(storage, store)}
@@ -167,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-age", type=float, default=0.0, help="retention_min_age_seconds")
     parser.add_argument("--layouts", default="complete,referencing")
     parser.add_argument("--target-file-size", default="", help="target_file_size (empty: the server's default)")
+    parser.add_argument("--table-formats", default="none", help="settings of table_formats to run, separated by ';' "
+                                                                "(e.g. 'none;delta,iceberg')")
     args = parser.parse_args(argv)
 
     from destination.rpc.server import build_server
@@ -186,14 +229,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if s3 is not None:
             s3.create_bucket("bench")
-        for chosen in args.layouts.split(","):
-            base = {"layout": chosen, "retention_versions": str(args.keep),
+        for chosen, formats in [(c, f) for c in args.layouts.split(",") for f in args.table_formats.split(";")]:
+            base = {"layout": chosen, "retention_versions": str(args.keep), "table_formats": formats,
                     "retention_min_age_seconds": str(args.min_age), "target_file_size": args.target_file_size}
             if s3 is not None:
                 configuration = {**base, "root": f"s3://bench/{uuid.uuid4().hex[:8]}", "s3_endpoint": s3.endpoint,
                                  "aws_access_key_id": ACCESS_KEY, "aws_secret_access_key": SECRET_KEY}
             else:
-                configuration = {**base, "root": str(work / f"root-{chosen}")}
+                configuration = {**base, "root": str(work / f"root-{chosen}-{formats.replace(',', '-')}")}
             result = run_layout(stub, configuration, args, work)
             results.append(result)
             print(json.dumps(result), flush=True)
@@ -204,10 +247,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{args.backend}: {args.rows} rows, {args.syncs} clustered syncs of {args.sync_rows} rows "
           f"({args.update_share:.0%} updates), target file size {args.target_file_size or 'default'}, "
           f"retention {args.keep} versions / {args.min_age:g} s")
-    print(f"{'layout':<12} {'commit med':>10} {'commit max':>10} {'rpc med':>8} {'table MB':>9} {'stored MB':>9} "
+    print(f"{'layout':<12} {'formats':<14} {'fmt med':>8} {'fmt 1-10':>8} {'fmt last10':>10} {'fmt/rpc':>7} "
+          f"{'commit med':>10} {'commit max':>10} {'rpc med':>8} {'table MB':>9} {'stored MB':>9} "
           f"{'stored/table':>12} {'manifest rows':>13} {'dir rows':>9}")
     for r in results:
-        print(f"{r['layout']:<12} {r['commit_median_s']:>9.3f}s {r['commit_max_s']:>9.3f}s {r['rpc_median_s']:>7.2f}s "
+        print(f"{r['layout']:<12} {r['table_formats']:<14} {r['formats_median_s']:>7.3f}s "
+              f"{r['formats_first10_median_s']:>7.3f}s {r['formats_last10_median_s']:>9.3f}s "
+              f"{r['formats_share_of_rpc']:>7.1%} "
+              f"{r['commit_median_s']:>9.3f}s {r['commit_max_s']:>9.3f}s {r['rpc_median_s']:>7.2f}s "
               f"{r['table_bytes'] / 1e6:>9.2f} {r['stored_bytes'] / 1e6:>9.2f} {r['stored_over_table']:>12.2f} "
               f"{r['manifest_reader_rows']:>13} {r['directory_reader_rows']:>9}")
     return 0
