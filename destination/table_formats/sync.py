@@ -43,9 +43,10 @@ class FollowFormats:
 
     def __call__(self, store: TableStore, prefix: str, committed: TableVersion, oldest_retained: int) -> bool:
         followed = True
+        built: dict[int, LakeVersion] = {}  # each version built once for all formats (its change data written once)
         for fmt in self.formats:
             try:
-                bring_up_to_date(store, prefix, fmt, committed, oldest_retained)
+                bring_up_to_date(store, prefix, fmt, committed, oldest_retained, built)
             except Exception as exc:  # the records commit stands: the next write of the table catches the format up
                 logs.warning(f"{committed.schema}.{committed.table.name}: version {committed.version} is committed "
                              f"but its {fmt.name} metadata could not be written ({_error_text(exc)}); the next write of "
@@ -55,10 +56,17 @@ class FollowFormats:
 
 
 def bring_up_to_date(store: TableStore, prefix: str, fmt: TableFormat, latest: TableVersion,
-                     oldest_retained: int) -> int:
+                     oldest_retained: int, built: dict[int, LakeVersion] | None = None) -> int:
     """Commit to `fmt` every committed version it lacks up to `latest` (from the oldest retained one when it holds
     none); versions retired or incomplete meanwhile are skipped. Returns the number of versions committed."""
     storage = store.storage
+    built = {} if built is None else built
+
+    def lake(version: TableVersion) -> LakeVersion:
+        if version.version not in built:
+            built[version.version] = lake_version(store, prefix, version)
+        return built[version.version]
+
     last = fmt.last_version(storage, prefix)
     if last is not None and last >= latest.version:
         return 0
@@ -70,9 +78,9 @@ def bring_up_to_date(store: TableStore, prefix: str, fmt: TableFormat, latest: T
         except IncompleteVersion:
             version = None
         if version is not None:
-            fmt.commit(storage, prefix, lake_version(store, prefix, version), oldest_retained)
+            fmt.commit(storage, prefix, lake(version), oldest_retained)
             done += 1
-    fmt.commit(storage, prefix, lake_version(store, prefix, latest), oldest_retained)
+    fmt.commit(storage, prefix, lake(latest), oldest_retained)
     return done + 1
 
 
