@@ -50,18 +50,17 @@ from destination.table_store.store import TableStore
 SCHEMA, TABLE = "bench", "clustered"
 
 
-class CommitClock:
-    """Seconds spent in TableStore's commit step (and the housekeeping after it), per write: the bench wraps the
-    two methods in this process only. `formats` holds the part of it spent writing the table formats."""
+class MethodClock:
+    """Seconds spent in some methods of a class, summed per write (`take`): the bench wraps them in this process
+    only, while `installed`."""
 
-    def __init__(self) -> None:
+    def __init__(self, owner: type, *names: str) -> None:
+        self.owner, self.names = owner, names
         self.seconds = 0.0
-        self.formats = FormatsClock()
 
     @contextmanager
     def installed(self) -> Iterator[None]:
-        originals = TableStore._commit, TableStore._finish
-        clock = self
+        originals = {name: getattr(self.owner, name) for name in self.names}
 
         def timed(method: Callable[..., Any]) -> Callable[..., Any]:
             def run(*args: Any, **kwargs: Any) -> Any:
@@ -69,46 +68,33 @@ class CommitClock:
                 try:
                     return method(*args, **kwargs)
                 finally:
-                    clock.seconds += time.perf_counter() - started
+                    self.seconds += time.perf_counter() - started
             return run
-        TableStore._commit, TableStore._finish = timed(originals[0]), timed(originals[1])  # type: ignore[method-assign]
-        try:
-            with self.formats.installed():
-                yield
-        finally:
-            TableStore._commit, TableStore._finish = originals  # type: ignore[method-assign]
-
-    def take(self) -> float:
-        seconds, self.seconds = self.seconds, 0.0
-        return seconds
-
-
-class FormatsClock:
-    """Seconds spent bringing the table formats up to each commit (FollowFormats), per write."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-
-    @contextmanager
-    def installed(self) -> Iterator[None]:
-        original = FollowFormats.__call__
-        clock = self
-
-        def run(*args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                clock.seconds += time.perf_counter() - started
-        FollowFormats.__call__ = run  # type: ignore[method-assign]
+        for name, method in originals.items():
+            setattr(self.owner, name, timed(method))
         try:
             yield
         finally:
-            FollowFormats.__call__ = original  # type: ignore[method-assign]
+            for name, method in originals.items():
+                setattr(self.owner, name, method)
 
     def take(self) -> float:
         seconds, self.seconds = self.seconds, 0.0
         return seconds
+
+
+class CommitClock(MethodClock):
+    """TableStore's commit step and the housekeeping after it; `formats` the part of it spent bringing the table
+    formats up to the commit (FollowFormats)."""
+
+    def __init__(self) -> None:
+        super().__init__(TableStore, "_commit", "_finish")
+        self.formats = MethodClock(FollowFormats, "__call__")
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        with super().installed(), self.formats.installed():
+            yield
 
 
 def stored_bytes(storage: Storage, prefix: str) -> int:
