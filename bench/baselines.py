@@ -5,7 +5,8 @@
 (b) the same merges done in one process with pyarrow alone: the table's rows in memory from Parquet, the batch
     applied with vectorized Arrow operations, the whole table written back as Parquet.
 Both keep their Parquet files on the storage of the server's pass they are compared with (a Place: local disk, or
-the S3 server through pyarrow's S3 filesystem).
+the S3 server through pyarrow's S3 filesystem). They share one thing with the server: which columns are dictionary
+encoded (destination.table_store.datafiles.dictionary_columns), so both sides write the same kind of file.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from bench.batches import BatchFile
 from bench.data import ACTIVE, COLUMNS, DELETED, END, KEY, START, SYNCED, system_columns
+from destination.table_store.datafiles import dictionary_columns
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING
 
 ARROW = {"LONG": pa.int64(), "BOOLEAN": pa.bool_(), "SHORT": pa.int16(), "INT": pa.int32(), "FLOAT": pa.float32(),
@@ -121,7 +123,8 @@ class Place:
 def _decode_to_parquet(job: tuple[BatchFile, bool, Place, int]) -> int:
     f, history, place, i = job
     table = decode(f, history).table
-    pq.write_table(table, place.file(i), compression="snappy", filesystem=place.fs)
+    pq.write_table(table, place.file(i), compression="snappy", use_dictionary=dictionary_columns(table),
+                   filesystem=place.fs)
     return table.num_rows
 
 
@@ -147,7 +150,9 @@ def _write_state(table: pa.Table, place: Place, parts: int = 16) -> None:
     place.reset()
     step = -(-table.num_rows // parts)
     for i in range(parts):
-        pq.write_table(table.slice(i * step, step), place.file(i), compression="snappy", filesystem=place.fs)
+        part = table.slice(i * step, step)
+        pq.write_table(part, place.file(i), compression="snappy", use_dictionary=dictionary_columns(part),
+                       filesystem=place.fs)
 
 
 def _batch(files: list[BatchFile], kind: str, history: bool) -> Decoded:

@@ -24,7 +24,7 @@ from destination.changes.metadata import EXTENSIONS, KIND_ROWS, ChangeFile
 from destination.changes.settings import ARCION_CSV, PARQUET, ChangeSettings
 from destination.storage.base import Storage
 from destination.table_model import SYNCED, TableDef
-from destination.table_store.datafiles import WRITE_OPTIONS
+from destination.table_store.datafiles import write_options
 from destination.table_store.layout import data_file_name
 
 STAGING = "_staging"
@@ -44,7 +44,7 @@ class ChangeTarget:
 
 def _write_parquet(storage: Storage, path: str, table: pa.Table) -> int:
     with storage.open_output(path) as sink:
-        pq.write_table(table, sink, **WRITE_OPTIONS)
+        pq.write_table(table, sink, **write_options(table))
     return storage.size(path)
 
 

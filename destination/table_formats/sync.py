@@ -26,7 +26,7 @@ from destination.storage.base import Storage
 from destination.table_formats.version import DELTA, ICEBERG, ChangeDataFile, LakeFile, LakeVersion, TableFormat
 from destination.table_model import DESTINATION_META
 from destination.table_store import layout
-from destination.table_store.datafiles import WRITE_OPTIONS
+from destination.table_store.datafiles import write_options
 from destination.table_store.locations import first_written
 from destination.table_store.records import FILES_JSON
 from destination.table_store.store import IncompleteVersion, TableStore, TableVersion
@@ -114,7 +114,7 @@ def write_change_data(storage: Storage, prefix: str, version: TableVersion) -> t
         data = images.append_column(cdf.CHANGE_TYPE, rows.column(cdf.CHANGE_TYPE)).select(schema.names).cast(schema)
         path = f"{folder}/{i:05d}.parquet"
         sink = pa.BufferOutputStream()
-        pq.write_table(data, sink, **WRITE_OPTIONS)
+        pq.write_table(data, sink, **write_options(data))
         body = sink.getvalue().to_pybytes()
         storage.write_bytes(f"{prefix}/{path}", body)
         written.append(ChangeDataFile(path=path, bytes=len(body)))
