@@ -42,7 +42,7 @@ def column(version: int, changes: pa.Array) -> pa.Array:
     """The column of rows written by `version`, with each row's changes (`changes_json`; NULL: none)."""
     plain = _text(version, "[]")
     if changes.null_count == len(changes):
-        return pa.array([plain], pa.string()).take(pa.array(np.zeros(len(changes), dtype=np.int32)))
+        return pa.repeat(pa.scalar(plain, pa.string()), len(changes))
     return pa.array([plain if c is None else _text(version, c) for c in changes.to_pylist()], pa.string())
 
 

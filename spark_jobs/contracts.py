@@ -35,6 +35,7 @@ class JobContext:
     changes: ChangeTarget | None = None  # where the version's change files go, when change files are on
     target_file_bytes: int = 64 << 20  # the data-file size writes aim for (destination.placement)
     scratch: StorageSpec | None = None  # where sorted runs are staged (None: the table's own storage)
+    run_compression: str | None = "lz4"  # how sorted runs are staged: IPC buffer compression, None: uncompressed
 
     @property
     def tracks_row_changes(self) -> bool:

@@ -39,9 +39,6 @@ from spark_jobs.merge import merge_rows
 from spark_jobs.operations import KEY, OP, OP_REPLACE, SEQ, file_operations, from_ipc, replace_operations
 
 RUN_BATCH_ROWS = 16_384  # rows per record batch of a staged run: the granularity units read runs at
-# staged runs are written once and read once, soon after: uncompressed on a local scratch disk (the page cache
-# holds them), lz4 where they cross a network to the table's storage (a cluster's executors)
-RUN_COMPRESSION = "lz4"
 
 
 def _scratch(ctx: JobContext) -> Storage:
@@ -52,7 +49,7 @@ def sort_run_task(ctx: JobContext, unit: RunSource) -> SortedRun:
     """Stage 1: one batch file's operations (or a stored file's rows) in key order, staged as an IPC file."""
     started = time.perf_counter()
     table_def = ctx.table
-    compression = None if ctx.scratch is not None else RUN_COMPRESSION
+    compression = ctx.run_compression
     if unit.stored is not None:
         stored = read_data_file(open_storage(ctx.storage), file_dir(ctx.read_dir, unit.stored), unit.stored.name)
         return _stage(_scratch(ctx), unit.run_path, sorted_rows(align(stored, table_def), table_def), table_def,

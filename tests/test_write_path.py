@@ -20,6 +20,7 @@ from destination.storage.base import open_storage
 from destination.table_model import TableDef
 from destination.table_store.store import TableStore
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING, csv_bytes, seal
+from destination.write import write_path
 from tests.batchfiles import seal_raw, write_csv
 from tests.conftest import spec_of
 from tests.rpc_helpers import rows_of, table
@@ -368,3 +369,28 @@ def test_many_small_syncs_are_compacted_into_files_near_the_target(stub, configu
     spans = sorted((f.first_key[0], f.last_key[0]) for f in current.files)
     assert all(a[1] < b[0] for a, b in itertools.pairwise(spans))
     assert sorted(x["id"] for x in rows_of(configuration, "many", "small")) == list(range(24 * 500))
+
+
+def test_runs_are_staged_with_lz4_when_the_scratch_disk_lacks_room(stub, configuration, tmp_path, through_spark_tasks,  # type: ignore[no-untyped-def]
+                                                                  monkeypatch, capsys) -> None:
+    """Sorted runs go uncompressed to a scratch disk with room for them; when the disk's free space is short of
+    what they would take (here: the headroom asked for is made larger than any disk), they are staged with lz4
+    and the write lands the same rows."""
+    t = table("lz", [("id", "LONG", True), ("v", "STRING"), *SYS])
+    create(stub, configuration, "runs", t)
+
+    def send(path: Path, kind: str = "replace") -> None:
+        request = sdk.WriteBatchRequest(configuration=configuration, schema_name="runs", table=t, file_params=params())
+        getattr(request, f"{kind}_files").append(str(path))
+        request.keys[str(path)] = KEY
+        assert stub.WriteBatch(request).WhichOneof("response") == "success"
+
+    send(_big_csv(tmp_path / "load.csv.zstd.aes", np.arange(50_000), "initial"))
+    assert "staging sorted runs with lz4" not in capsys.readouterr().out
+    monkeypatch.setattr(write_path, "SCRATCH_HEADROOM", 1e18)
+    send(_big_csv(tmp_path / "more.csv.zstd.aes", np.arange(40_000, 90_000), "more"))
+    send(_big_csv(tmp_path / "upd.csv.zstd.aes", np.arange(0, 90_000, 7), "updated"), "update")
+    assert capsys.readouterr().out.count("staging sorted runs with lz4") == 2
+    got = {x["id"]: x["v"].split()[0] for x in rows_of(configuration, "runs", "lz")}
+    assert sorted(got) == list(range(90_000))
+    assert all(got[i] == ("updated" if i % 7 == 0 else "more" if i >= 40_000 else "initial") for i in got)
