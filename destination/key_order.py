@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import base64
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -156,3 +156,21 @@ def within(keys: pa.Table, lo: pa.Table | None, hi: pa.Table | None, hi_inclusiv
     if hi is not None:
         inside &= count_bounds_below(keys, hi, inclusive=not hi_inclusive) == 0
     return inside
+
+
+def sorted_span(keys: pa.Table, lo: pa.Table | None, hi: pa.Table | None) -> tuple[int, int]:
+    """For keys in key order: the rows [start, stop) whose keys are in [lo, hi), found by bisection (a sorted run's
+    slice of a range is one contiguous span: taking it as a slice copies nothing, where `within` sorts every key
+    with the bound and a filter copies every row)."""
+    def first(at_or_above: Callable[[pa.Table], bool]) -> int:
+        a, b = 0, keys.num_rows
+        while a < b:
+            m = (a + b) // 2
+            if at_or_above(keys.slice(m, 1)):
+                b = m
+            else:
+                a = m + 1
+        return a
+    start = 0 if lo is None else first(lambda key: bool(within(key, lo, None)[0]))
+    stop = keys.num_rows if hi is None else first(lambda key: not within(key, None, hi)[0])
+    return start, max(start, stop)

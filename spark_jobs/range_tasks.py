@@ -26,6 +26,7 @@ from destination.key_order import (
     keys_from_json,
     keys_to_json,
     sorted_rows,
+    sorted_span,
     within,
 )
 from destination.keys import key_tokens
@@ -89,17 +90,16 @@ def _unit_input(ctx: JobContext, unit: RangeUnit) -> pa.Table | None:
     parts = [from_ipc(c) for c in unit.chunks]
     if unit.runs:
         storage = _scratch(ctx)
-        sliced: list[pa.Table] = []
-        for piece in unit.runs:
+        lo, hi = _bound(unit.lo, ctx.table), _bound(unit.hi, ctx.table)
+        for piece in unit.runs:  # consecutive batches of one sorted run: the range is one span of them
             with storage.open_input(piece.run_path) as source:
                 reader = ipc.open_file(source)
-                sliced.append(pa.Table.from_batches([reader.get_batch(i) for i in piece.batches]))
-        runs = pa.concat_tables(sliced)
-        keys = key_columns_of(runs, ctx.table)
-        inside = within(keys, _bound(unit.lo, ctx.table), _bound(unit.hi, ctx.table))
-        parts.append(runs.filter(pa.array(inside)))
+                rows = pa.Table.from_batches([reader.get_batch(i) for i in piece.batches])
+            start, stop = sorted_span(key_columns_of(rows, ctx.table), lo, hi)
+            parts.append(rows.slice(start, stop - start))
     parts = [p for p in parts if p.num_rows]
-    return pa.concat_tables(parts).combine_chunks() if parts else None
+    # left in chunks: the merge takes its rows once, in key order, at the end
+    return pa.concat_tables(parts) if parts else None
 
 
 def _must_rewrite(ctx: JobContext, storage: Storage, f: DataFile, ops: pa.Table, op_keys: pa.Table) -> bool:

@@ -9,7 +9,15 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from destination.key_order import count_bounds_below, first_and_last, keys_from_json, keys_to_json, sorted_rows, within
+from destination.key_order import (
+    count_bounds_below,
+    first_and_last,
+    keys_from_json,
+    keys_to_json,
+    sorted_rows,
+    sorted_span,
+    within,
+)
 from destination.placement import COMPACT_MIN_FILES, KeySample, plan_units
 from destination.table_model import ColumnDef, TableDef
 from destination.table_store.datafiles import DataFile
@@ -57,6 +65,23 @@ def test_composite_keys_sort_column_by_column_and_route_to_ranges() -> None:
     lo, hi = keys_from_json([["x", 10]], table_def), keys_from_json([["y", -1]], table_def)
     assert within(keys, lo, hi).tolist() == [False, True, True, False, False]
     assert within(keys, lo, hi, hi_inclusive=True).tolist() == [False, True, True, True, False]
+
+
+def test_a_sorted_runs_span_of_a_range_is_the_rows_within_it() -> None:
+    """sorted_span bisects keys in key order; it must pick exactly the rows `within` keeps, bounds included or
+    not, repeated keys, composite keys, and bounds outside the keys."""
+    rng = np.random.default_rng(7)
+    table_def = _def(("a", "STRING"), ("b", "INT"))
+    keys = sorted_rows(pa.table({"a": pa.array(rng.choice(["p", "q", "r"], 500)),
+                                 "b": pa.array(rng.integers(-20, 20, 500), pa.int32())}), table_def)
+    for lo_key, hi_key in [(None, None), (["q", 0], None), (None, ["q", 0]), (["p", -3], ["r", 5]), (["q", 5], ["q", 5]),
+                           (["a", 0], ["z", 0]), (["z", 0], None), (None, ["a", 0]), (["q", 19], ["r", -20])]:
+        lo = None if lo_key is None else keys_from_json([lo_key], table_def)
+        hi = None if hi_key is None else keys_from_json([hi_key], table_def)
+        start, stop = sorted_span(keys, lo, hi)
+        inside = np.flatnonzero(within(keys, lo, hi))
+        assert (start, stop) == ((int(inside[0]), int(inside[-1]) + 1) if len(inside) else (start, start)), (lo_key, hi_key)
+        assert stop - start == len(inside)
 
 
 def _file(name: str, first: int, last: int, rows: int, size: int) -> DataFile:
