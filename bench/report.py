@@ -128,15 +128,15 @@ def _clustered(ms: list[Measurement], where: str, layout: str) -> list[str]:
         out.append(f"- {where}: bytes stored under the table's folder after {len(syncs)} clustered syncs: "
                    f"{stored.stored_bytes / 1e6:,.0f} MB, {value:.2f}× the latest version's "
                    f"{stored.table_bytes_after / 1e6:,.0f} MB of data ({layout}; target ≤ {STORED_TARGET}× "
-                   f"on S3 with the referencing layout): "
+                   f"in the referencing layout): "
                    f"{_verdict(value <= STORED_TARGET) if _stored_target_applies(where, layout) else 'no target here'}.")
     return out
 
 
 def _stored_target_applies(where: str, layout: str) -> bool:
-    """The stored-bytes target is S3's in the referencing layout (S3's default): on local disk carried files are
-    hard links, and the complete layout stores a copy per retained version by design."""
-    return where.startswith("s3") and "complete" not in layout
+    """The stored-bytes target is the referencing layout's (S3's default); the complete layout (local disk's
+    default, where carried files are hard links) stores a copy per retained version by design."""
+    return layout == "layout: referencing" or (where.startswith("s3") and layout == "layout: the server default")
 
 
 def _small_syncs(ms: list[Measurement], where: str) -> list[str]:

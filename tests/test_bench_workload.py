@@ -141,6 +141,15 @@ def test_report_states_each_clustered_and_small_sync_target_as_met_or_missed() -
                for line in lines)
 
 
+def test_the_stored_bytes_target_is_judged_only_for_the_referencing_layout() -> None:
+    """Local disk's default (complete) layout keeps a copy per retained version by design: no verdict there."""
+    run = Run([100_000], measurements=[
+        _measurement("clustered update (sync 1 of 1)", "clustered", 3.0, table_bytes_before=1000,
+                     bytes_rewritten=60, table_bytes_after=1000, stored_bytes=2200)])
+    [line] = [line for line in targets(run) if "bytes stored" in line]
+    assert "(layout: the server default;" in line and line.endswith("no target here.")
+
+
 def test_stored_bytes_count_a_hard_linked_file_once_on_local_disk(tmp_path: Path) -> None:
     storage = open_storage(StorageSpec(root=str(tmp_path)))
     (tmp_path / "t" / "v1").mkdir(parents=True)
