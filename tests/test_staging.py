@@ -36,7 +36,7 @@ def test_tasks_decode_the_staged_copy_which_is_gone_after_the_write(tmp_path: Pa
     first, second = batch_file(tmp_path / "a", "rows.csv.zstd.aes", 10), batch_file(tmp_path / "b", "rows.csv.zstd.aes", 7)
     plan = plan_batch({"replace": [str(first)], "update": [str(second)]}, {str(first): KEY, str(second): KEY}, FMT)
     with staged(plan, storage) as staged_plan:
-        assert staged_plan.batch_id == plan.batch_id and staged_plan.total_bytes == plan.total_bytes
+        assert staged_plan.identity == plan.identity and staged_plan.total_bytes == plan.total_bytes
         copies = staged_names(storage)
         assert len(copies) == 2
         for ref, original in zip(staged_plan.files, (first, second), strict=True):

@@ -253,7 +253,7 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
             self.observer.batch(rpc, work, plan)
         started = time.perf_counter()
         try:
-            if plan.batch_id in current.recent_batches:  # a retry: known before anything is staged for a cluster
+            if plan.identity.seen_in(current.recent_batches):  # a retry: known before anything is staged for a cluster
                 raise AlreadyApplied(current.version)  # (the store checks again under its claim, for races)
             with staged_for_executors(plan, backend.store.storage, self.options.spark_master) as staged_plan:
                 staging_seconds = time.perf_counter() - started

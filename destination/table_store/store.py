@@ -107,6 +107,20 @@ class FollowCommit(Protocol):
     def __call__(self, store: TableStore, prefix: str, committed: TableVersion, oldest_retained: int) -> bool: ...
 
 
+class RequestIdentity(Protocol):
+    """A write request's identity, recorded with the version it commits so that its retry is recognised
+    (destination/write/batches.py's BatchIdentity)."""
+
+    def seen_in(self, recent: Sequence[str]) -> bool:
+        """Whether one of the identities recorded by the latest versions is this request's."""
+        ...
+
+    @property
+    def value(self) -> str:
+        """What the version records."""
+        ...
+
+
 class Copies(Protocol):
     """Copies (source, target) pairs of storage paths (in the storage of `spec`) for the version being written
     (`table`, `directory`, `version`); the write layer passes one that fans them out over Spark's executors
@@ -311,15 +325,15 @@ class TableStore:
 
     def write(self, schema: str, table: str,
               produce: Callable[[TableVersion | None, VersionTarget], PendingVersion | None],
-              *, batch_id: str | None = None) -> TableVersion | None:
+              *, batch: RequestIdentity | None = None) -> TableVersion | None:
         """Run `produce(base, target)` and commit what it returns as the next version.
 
         `produce` writes its new data files into target.directory (and any change files into
         target.changes_directory) and returns the pending version, or None when there is nothing
         to change. It is called again on a fresh base if another writer commits first. Raises
-        AlreadyApplied for a batch_id committed before; IncompleteVersion if the latest committed version lacks files.
+        AlreadyApplied for a `batch` committed before; IncompleteVersion if the latest committed version lacks files.
         """
-        return self._write(schema, table, produce, batch_id, self._load_version)
+        return self._write(schema, table, produce, batch, self._load_version)
 
     def repair(self, schema: str, table: str) -> Repair | None:
         """When the latest committed version is incomplete, commit the newest complete version's files (and
@@ -351,7 +365,7 @@ class TableStore:
 
     def _write(self, schema: str, table: str,
                produce: Callable[[TableVersion | None, VersionTarget], PendingVersion | None],
-               batch_id: str | None, load_base: Callable[[str, str, int], TableVersion | None]) -> TableVersion | None:
+               batch: RequestIdentity | None, load_base: Callable[[str, str, int], TableVersion | None]) -> TableVersion | None:
         """The commit protocol around `produce`; `load_base(schema, table, n)` reads the base version."""
         prefix = self.table_prefix(schema, table)
         self._keep_full_names(schema, table, prefix)
@@ -371,7 +385,7 @@ class TableStore:
                 continue
             try:
                 base = load_base(schema, table, base_n) if base_n else None
-                if batch_id and base is not None and batch_id in base.recent_batches:
+                if batch is not None and base is not None and batch.seen_in(base.recent_batches):
                     raise AlreadyApplied(base.version)
                 spot = VersionTarget(target, layout.version_dir(prefix, target), layout.changes_dir(prefix, target),
                                      time.time())
@@ -380,7 +394,8 @@ class TableStore:
                     self._abandon(prefix, target, claim)
                     return base
                 self._fault("after_data_files")
-                committed = self._commit(schema, prefix, base, target, claim, pending, batch_id, spot.timestamp)
+                committed = self._commit(schema, prefix, base, target, claim, pending,
+                                         batch.value if batch is not None else None, spot.timestamp)
             except CommitConflict as conflict:  # nothing committed: redo on a fresh base
                 self._abandon(prefix, target, claim)
                 conflicts.append(conflict)

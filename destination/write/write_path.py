@@ -32,7 +32,7 @@ from destination.storage.base import StorageSpec, open_storage
 from destination.table_model import KEY_RANGES, ColumnDef, TableDef
 from destination.table_store.datafiles import DataFile, align, read_data_file
 from destination.table_store.locations import file_dir
-from destination.table_store.store import PendingVersion, TableStore, TableVersion, VersionTarget
+from destination.table_store.store import PendingVersion, RequestIdentity, TableStore, TableVersion, VersionTarget
 from destination.type_changes import checked_columns, key_changed
 from destination.type_mapping import normalize_column
 from destination.write.batches import WRITE_BATCH, WRITE_HISTORY_BATCH, BatchPlan
@@ -319,7 +319,8 @@ class WritePath:
         return ChangeTarget(settings=self.changes, directory=target.changes_directory, version=target.version,
                             timestamp_us=int(target.timestamp * 1_000_000), schema=schema, kind=kind)
 
-    def commit(self, schema: str, name: str, produce: Producer, *, batch_id: str | None = None) -> TableVersion | None:
+    def commit(self, schema: str, name: str, produce: Producer, *,
+               batch: RequestIdentity | None = None) -> TableVersion | None:
         """Commit what `produce` returns as the next version of `name`, with its change directory when change
         files are on (store.write calls `produce` again on a new base after a conflict)."""
         def produce_with_changes(base: TableVersion | None, target: VersionTarget) -> PendingVersion | None:
@@ -327,7 +328,7 @@ class WritePath:
             if pending is not None and self.changes.enabled:
                 pending.changes = self._complete_changes(schema, base, target, pending)
             return pending
-        return self.store.write(schema, name, produce_with_changes, batch_id=batch_id)
+        return self.store.write(schema, name, produce_with_changes, batch=batch)
 
     def _complete_changes(self, schema: str, base: TableVersion | None, target: VersionTarget,
                           pending: PendingVersion) -> ChangeSet:
@@ -497,10 +498,10 @@ class WritePath:
             return PendingVersion(base.table, out.new_files, carried, {"kind": kind, "counts": out.counts},
                                   out.change_parts(KIND_ROWS))
         try:
-            committed = self.commit(schema, table_name, produce, batch_id=plan.batch_id)
+            committed = self.commit(schema, table_name, produce, batch=plan.identity)
         except _InHashBuckets:
             self._place_in_ranges(schema, table_name)
-            committed = self.commit(schema, table_name, produce, batch_id=plan.batch_id)
+            committed = self.commit(schema, table_name, produce, batch=plan.identity)
         outcome.version = committed.version if committed else None
         return outcome
 
