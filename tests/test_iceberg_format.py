@@ -335,3 +335,16 @@ def test_registers_in_a_sql_catalog(tmp_path: Path) -> None:
     loaded = catalog.load_table(("s", "t"))
     assert registered.metadata_location == loaded.metadata_location
     assert _sorted(loaded.scan().to_arrow().to_pylist()) == lake.expected(1, [*BASE.column_names, DESTINATION_META])
+
+
+def test_a_zero_row_file_is_committed_without_warnings(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """An empty table is one zero-row data file, whose footer holds no statistics: no warning per column (pyiceberg
+    logs one for every column whose statistics are missing), and the snapshot reads back empty."""
+    from destination.storage.base import StorageSpec, open_storage
+
+    lake = Lake(open_storage(StorageSpec(root=str(tmp_path))))
+    empty = lake.write(1, BASE, _rows(range(0)))
+    with caplog.at_level("WARNING"):
+        lake.commit(1, BASE, [empty], operation="create_table")
+    assert not [r for r in caplog.records if "statistics missing" in r.getMessage()]
+    assert static_table(lake, "v1.metadata.json").scan().to_arrow().num_rows == 0

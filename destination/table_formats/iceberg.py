@@ -392,7 +392,7 @@ class _Commit:
         by_path = parquet_path_to_id_mapping(schema)
         columns = {footer.schema.column(i).path for i in range(footer.num_columns)}
         stats = data_file_statistics_from_parquet_metadata(
-            parquet_metadata=footer, stats_columns=_stats_plan(schema),
+            parquet_metadata=footer, stats_columns=_stats_plan(schema, collect=footer.num_rows > 0),
             parquet_column_mapping={path: by_path.get(path, _LEFT_OUT_ID) for path in columns})
         stats.column_sizes.pop(_LEFT_OUT_ID, None)
         return DataFile.from_args(
@@ -442,9 +442,15 @@ class _Commit:
                 self.storage.delete(_metadata_path(self.prefix, number))
 
 
-def _stats_plan(schema: Schema) -> dict[int, StatisticsCollector]:
-    """pyiceberg's statistics of every schema field, and none of the Parquet columns left out of the schema."""
+def _stats_plan(schema: Schema, collect: bool = True) -> dict[int, StatisticsCollector]:
+    """pyiceberg's statistics of every schema field, and none of the Parquet columns left out of the schema.
+    `collect` False (a zero-row file, whose footer holds no statistics): none at all, rather than pyiceberg's
+    warning per column that they are missing."""
     plan = compute_statistics_plan(schema, {})
+    if not collect:
+        plan = {field_id: StatisticsCollector(field_id=c.field_id, iceberg_type=c.iceberg_type,
+                                              mode=MetricsMode(MetricModeTypes.NONE), column_name=c.column_name)
+                for field_id, c in plan.items()}
     plan[_LEFT_OUT_ID] = StatisticsCollector(field_id=_LEFT_OUT_ID, iceberg_type=StringType(),
                                              mode=MetricsMode(MetricModeTypes.NONE), column_name="")
     return plan
