@@ -116,21 +116,23 @@ def test_duckdb_merge_decodes_base64_into_binary_columns_and_keeps_unmodified_va
                     {"id": 3, "payload": None, "_destination_meta": None}]
 
 
-def _measurement(scenario: str, group: str, seconds: float, **figures: Any) -> Measurement:
-    return Measurement(scenario, "local", "t", 1_000, 0, seconds, 10**9, 0, 0, 0, 0, 0, scale=100_000, group=group,
+def _measurement(scenario: str, group: str, seconds: float, scale: int = 100_000, **figures: Any) -> Measurement:
+    return Measurement(scenario, "local", "t", 1_000, 0, seconds, 10**9, 0, 0, 0, 0, 0, scale=scale, group=group,
                        **figures)
 
 
 def test_report_states_each_clustered_and_small_sync_target_as_met_or_missed() -> None:
-    run = Run([100_000], measurements=[
-        _measurement("clustered append (sync 1 of 2)", "clustered", 1.0, duckdb_seconds=10.0, table_bytes_before=1000),
-        _measurement("clustered update (sync 2 of 2)", "clustered", 3.0, duckdb_seconds=10.0, table_bytes_before=1000,
-                     bytes_rewritten=60, table_bytes_after=1000, stored_bytes=1200),
-        _measurement("full read, table built by 9 syncs", "small_syncs", 2.0),
-        _measurement("full read, table loaded at once", "small_syncs", 1.0),
-    ], settings={"local, 100,000 rows": {"configuration": {"layout": "referencing"}, "ignored": []}})
+    big = 100_000_000  # the clustered targets are set for this size
+    run = Run([big], measurements=[
+        _measurement("clustered append (sync 1 of 2)", "clustered", 1.0, big, duckdb_seconds=10.0,
+                     table_bytes_before=1000),
+        _measurement("clustered update (sync 2 of 2)", "clustered", 3.0, big, duckdb_seconds=10.0,
+                     table_bytes_before=1000, bytes_rewritten=60, table_bytes_after=1000, stored_bytes=1200),
+        _measurement("full read, table built by 9 syncs", "small_syncs", 2.0, big),
+        _measurement("full read, table loaded at once", "small_syncs", 1.0, big),
+    ], settings={"local, 100,000,000 rows": {"configuration": {"layout": "referencing"}, "ignored": []}})
     lines = targets(run)
-    assert "- local, 100,000 rows: clustered appends rewrote 0 files (target: none): met ✅." in lines
+    assert "- local, 100,000,000 rows: clustered appends rewrote 0 files (target: none): met ✅." in lines
     assert any("clustered updates rewrote 6.0% of the table's bytes (target ≤ 5%): missed ❌" in line for line in lines)
     assert any("clustered append (sync 1 of 2): 1.0 s, 0.10× DuckDB's full-rewrite merge" in line and "met ✅" in line
                for line in lines)
@@ -139,6 +141,14 @@ def test_report_states_each_clustered_and_small_sync_target_as_met_or_missed() -
                for line in lines)
     assert any("a full read of the table built by small syncs: 2.0 s, 2.00×" in line and "missed ❌" in line
                for line in lines)
+
+
+def test_clustered_shares_and_times_are_judged_at_the_size_their_targets_are_set_for() -> None:
+    run = Run([10_000_000], measurements=[
+        _measurement("clustered update (sync 1 of 1)", "clustered", 3.0, 10_000_000, duckdb_seconds=10.0,
+                     table_bytes_before=1000, bytes_rewritten=60)])
+    lines = [line for line in targets(run) if "clustered update" in line and "memory" not in line]
+    assert len(lines) == 2 and all("the target is set at 100,000,000 rows (above it here)" in line for line in lines)
 
 
 def test_the_stored_bytes_target_is_judged_only_for_the_referencing_layout() -> None:
