@@ -279,7 +279,8 @@ METHOD = [
     "- A full read is DuckDB reading every column of every data file of the version.",
     f"- Targets: memory under 4 GB; initial loads ≥ {LOAD_TARGET} of (a)'s rows/s; uniform upsert, update and "
     f"delete ≤ {DUCKDB_UNIFORM_TARGET}× (c) at 10M rows; clustered syncs rewrite no file for appends and at most "
-    f"{REWRITE_TARGET:.0%} of the table's bytes otherwise, in ≤ {DUCKDB_CLUSTERED_TARGET}× (c); new keys into the "
+    f"{REWRITE_TARGET:.0%} of the table's bytes otherwise, in ≤ {DUCKDB_CLUSTERED_TARGET}× (c), at "
+    f"{CLUSTERED_TARGET_ROWS // 1_000_000}M rows; new keys into the "
     f"big table ≤ {GROWTH_TARGET}× the same keys into the small table; bytes stored after the clustered syncs ≤ "
     f"{STORED_TARGET}× the table's (referencing layout); a table built by small syncs reads and takes an upsert in "
     f"≤ {SMALL_SYNCS_TARGET}× the time of the same rows loaded at once; merges ≤ {MERGE_TARGET}× (b).",
