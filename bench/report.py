@@ -9,6 +9,7 @@ from importlib import metadata
 from pathlib import Path
 
 from bench.results import Measurement, Run, pass_key
+from destination.table_store.options import REFERENCING, default_layout
 
 GIB = 2**30
 MEMORY_LIMIT = 4 * 10**9
@@ -103,7 +104,7 @@ def _table(run: Run, scale: int, backend: str) -> list[str]:
     return rows
 
 
-def _clustered(ms: list[Measurement], where: str, layout: str) -> list[str]:
+def _clustered(ms: list[Measurement], where: str, layout: str, judge_stored: bool) -> list[str]:
     out = []
     syncs = [m for m in ms if m.group == "clustered" and m.scenario.startswith("clustered ")]
     for kind in ("append", "upsert", "update", "delete"):
@@ -130,7 +131,7 @@ def _clustered(ms: list[Measurement], where: str, layout: str) -> list[str]:
                    f"{stored.stored_bytes / 1e6:,.0f} MB, {value:.2f}× the latest version's "
                    f"{stored.table_bytes_after / 1e6:,.0f} MB of data ({layout}; target ≤ {STORED_TARGET}× "
                    f"in the referencing layout): "
-                   f"{_verdict(value <= STORED_TARGET) if _stored_target_applies(where, layout) else 'no target here'}.")
+                   f"{_verdict(value <= STORED_TARGET) if judge_stored else 'no target here'}.")
     return out
 
 
@@ -141,10 +142,15 @@ def _at_scale(met: bool, m: Measurement) -> str:
     return f"the target is set at {CLUSTERED_TARGET_ROWS:,} rows ({'within it' if met else 'above it'} here)"
 
 
-def _stored_target_applies(where: str, layout: str) -> bool:
-    """The stored-bytes target is the referencing layout's (S3's default); the complete layout (local disk's
-    default, where carried files are hard links) stores a copy per retained version by design."""
-    return layout == "layout: referencing" or (where.startswith("s3") and layout == "layout: the server default")
+def _layout_used(run: Run, key: str, backend: str) -> str:
+    """The layout the server wrote the pass's tables in: the one passed, unless it ignored it, else its default.
+    The stored-bytes target is the referencing layout's; the complete layout stores a copy per retained version
+    by design (on local disk as hard links)."""
+    settings = run.settings.get(key, {})
+    passed = settings.get("configuration", {}).get("layout")
+    if passed is None or "layout" in settings.get("ignored", []):
+        return default_layout(backend == "s3")
+    return str(passed)
 
 
 def _small_syncs(ms: list[Measurement], where: str) -> list[str]:
@@ -189,7 +195,7 @@ def targets(run: Run) -> list[str]:
             out.append(f"- {where}: new keys into the big table took {growth:.2f}× the time of the same rows into the "
                        f"{run.shape.get('small_rows', scale // 10):,}-row table ({big.seconds:.1f} s against "
                        f"{small.seconds:.1f} s; target ≤ {GROWTH_TARGET}×): {_verdict(growth <= GROWTH_TARGET)}.")
-        out += _clustered(ms, where, _layout(run, where))
+        out += _clustered(ms, where, _layout(run, where), _layout_used(run, where, backend) == REFERENCING)
         out += _small_syncs(ms, where)
     return out
 

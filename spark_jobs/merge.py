@@ -93,7 +93,7 @@ class _State:
     def append(self, written: pa.Table, keys: pa.Array, dead: np.ndarray) -> None:
         self.alive = np.concatenate([self.alive & ~dead, np.ones(written.num_rows, dtype=bool)])
         self.rows = pa.concat_tables([self.rows, written])
-        self.keys = pa.chunked_array([*self.keys.chunks, *pa.chunked_array([keys]).chunks], pa.string())
+        self.keys = pa.chunked_array([*self.keys.chunks, keys], pa.string())
 
     def live_in_key_order(self, table_def: TableDef) -> tuple[pa.Table, pa.ChunkedArray]:
         order = pc.sort_indices(self.rows, sort_keys=sort_keys(table_def)).to_numpy()

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from typing import BinaryIO
 
 from destination.batch.reader import FileFormat
 from destination.errors import BadBatchFile, TableNotFound, UserActionRequired
@@ -100,35 +102,31 @@ def plan_batch(files: dict[str, list[str]], keys: dict[str, bytes], fmt: FileFor
     return BatchPlan(files=tuple(refs), fmt=fmt, identity=identity, total_bytes=total)
 
 
-def _check_readable(path: str) -> int:
-    """The file's size; BadBatchFile when it is missing or cannot be opened."""
+@contextmanager
+def _opened(path: str) -> Iterator[BinaryIO]:
+    """The batch file open for reading; BadBatchFile naming it when it is missing or cannot be read."""
     try:
-        with open(path, "rb"):
-            return os.path.getsize(path)
+        with open(path, "rb") as fh:
+            yield fh
     except FileNotFoundError as exc:
         raise BadBatchFile(path, "file not found") from exc
     except OSError as exc:
         raise BadBatchFile(path, f"cannot open: {exc.strerror}") from exc
+
+
+def _check_readable(path: str) -> int:
+    """The file's size; BadBatchFile when it is missing or cannot be opened."""
+    with _opened(path) as fh:
+        return os.fstat(fh.fileno()).st_size
 
 
 def _digest(refs: Sequence[BatchFileRef]) -> str:
-    """The digest of every file's role, name and bytes, in request order."""
+    """The digest of every file's role, name and bytes, in request order (BadBatchFile when one cannot be read)."""
     digest = hashlib.sha256()
     for ref in refs:
         digest.update(f"{ref.kind}\x00{os.path.basename(ref.path)}\x00".encode())
-        _digest_file(ref.path, digest)
-    return digest.hexdigest()
-
-
-def _digest_file(path: str, digest: hashlib._Hash) -> int:
-    """Add the file's bytes to `digest`; its size. BadBatchFile when it cannot be read."""
-    try:
-        size = os.path.getsize(path)
-        with open(path, "rb") as fh:
+        with _opened(ref.path) as fh:
             while chunk := fh.read(READ_SIZE):
                 digest.update(chunk)
-            return size
-    except FileNotFoundError as exc:
-        raise BadBatchFile(path, "file not found") from exc
-    except OSError as exc:
-        raise BadBatchFile(path, f"cannot open: {exc.strerror}") from exc
+    return digest.hexdigest()
+
