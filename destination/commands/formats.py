@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from destination.errors import DestinationError
 from destination.storage.base import Storage
-from destination.table_formats.sync import bring_up_to_date, format_folders, formats_named, oldest_retained
+from destination.table_formats.sync import bring_up_to_date, formats_named, oldest_retained
 from destination.table_formats.version import LakeVersion
 from destination.table_store.store import TableStore
 
@@ -25,11 +25,12 @@ def formats_command(storage: Storage, name: str | None, formats: tuple[str, ...]
                 continue
             prefix = store.table_prefix(schema, table)
             oldest = oldest_retained(store, prefix, latest.version)
+            chosen = formats_named(formats)
+            if rebuild:  # every format's folders first: the versions built below are shared by the formats
+                for folder in {folder for fmt in chosen for folder in fmt.folders}:
+                    storage.delete_prefix(f"{prefix}/{folder}")
             built: dict[int, LakeVersion] = {}  # each version's change data written once for both formats
-            for fmt in formats_named(formats):
-                if rebuild:
-                    for folder in format_folders(fmt.name):
-                        storage.delete_prefix(f"{prefix}/{folder}")
+            for fmt in chosen:
                 done = bring_up_to_date(store, prefix, fmt, latest, oldest, built)
                 print(f"{schema}.{table}: {fmt.name} at version {latest.version} ({done} version(s) written)")
         except DestinationError as exc:

@@ -74,9 +74,11 @@ from destination.errors import StorageError, scrub
 from destination.storage.base import Storage, StorageSpec
 from destination.table_formats.version import DELTA, LakeVersion
 from destination.table_model import DESTINATION_META, ColumnDef, TableDef
+from destination.table_store.layout import parse_version_dir
 from destination.type_mapping import decimal_storage
 
 LOG = "_delta_log"
+CHANGE_DATA = "_change_data"  # the change data files the `cdc` actions name: _change_data/v<N>/ per version
 CHECKPOINT_INTERVAL = 10
 PROTOCOL = {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["timestampNtz"],
             "writerFeatures": ["timestampNtz", "changeDataFeed"]}
@@ -152,6 +154,8 @@ class DeltaFormat:
     """The Delta Lake writer of the TableFormat protocol (destination/table_formats/version.py)."""
 
     name = DELTA
+    folders: tuple[str, ...] = (LOG, CHANGE_DATA)
+    reads_change_data: bool = True
 
     def last_version(self, storage: Storage, prefix: str) -> int | None:
         versions = _commit_versions(_log_names(storage, prefix))
@@ -263,7 +267,8 @@ def _checkpoint(storage: Storage, prefix: str, version: int) -> None:
 
 def _retire(storage: Storage, prefix: str, names: list[str], oldest_retained: int) -> None:
     """Versions before `oldest_retained` stop loading: a checkpoint at the oldest Delta version kept (the first
-    commit at or after it: versions in a gap have no commit), then every log file of an older version is deleted."""
+    commit at or after it: versions in a gap have no commit), then every log file and change data folder of an
+    older version is deleted."""
     kept = [v for v in _commit_versions(names) if v >= oldest_retained]
     if not kept:
         return
@@ -275,6 +280,10 @@ def _retire(storage: Storage, prefix: str, names: list[str], oldest_retained: in
         _checkpoint(storage, prefix, first)
     for name in older:
         storage.delete(f"{prefix}/{LOG}/{name}")
+    for folder in storage.list_children(f"{prefix}/{CHANGE_DATA}"):  # the retired versions' change data too
+        number = parse_version_dir(folder)
+        if number is not None and number < first:
+            storage.delete_prefix(f"{prefix}/{CHANGE_DATA}/{folder}")
 
 
 @contextmanager

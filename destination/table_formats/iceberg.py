@@ -149,6 +149,8 @@ class IcebergFormat:
     """The Iceberg writer of the TableFormat protocol (destination/table_formats/version.py)."""
 
     name = ICEBERG
+    folders: tuple[str, ...] = (METADATA,)
+    reads_change_data: bool = False
 
     def last_version(self, storage: Storage, prefix: str) -> int | None:
         """The newest `metadata/v<N>.metadata.json`; a hint left behind by a crash between the commit and the

@@ -4,10 +4,11 @@ and the formats' commits, or formats turned on for an existing table). The recor
 a format entry is only ever written for a committed version, and a format behind is caught up by the next write
 of the table or by `records-destination formats`.
 
-Change data: with change files on, a version with row events gets Delta change data files under
-`_change_data/v<N>/` (the table's columns, `_destination_meta` NULL, and `_change_type`), one per change file,
-derived from the version's change files after its commit (so any change format, Arcion or Parquet, gives the same
-feed). Their names are fixed, so a catch-up that writes them again writes the same bytes.
+Change data: with change files on and Delta followed (the format that reads them), a version with row events gets
+Delta change data files under `_change_data/v<N>/` (the table's columns, `_destination_meta` NULL, and
+`_change_type`), one per change file, derived from the version's change files after its commit (so any change
+format, Arcion or Parquet, gives the same feed; a column a minimal image leaves out is NULL in it). Their names are
+fixed, so a catch-up that writes them again writes the same bytes; Delta deletes them with the versions it retires.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from destination.changes.metadata import KIND_ROWS
 from destination.changes.reader import version_files
 from destination.errors import cause_text, scrub
 from destination.storage.base import Storage
+from destination.table_formats.delta import CHANGE_DATA
 from destination.table_formats.version import DELTA, ICEBERG, ChangeDataFile, LakeFile, LakeVersion, TableFormat
 from destination.table_model import DESTINATION_META
 from destination.table_store import layout
@@ -31,8 +33,6 @@ from destination.table_store.locations import first_written
 from destination.table_store.records import FILES_JSON
 from destination.table_store.store import IncompleteVersion, TableStore, TableVersion
 from destination.type_mapping import arrow_schema
-
-CHANGE_DATA = "_change_data"
 
 
 class FollowFormats:
@@ -63,9 +63,10 @@ def bring_up_to_date(store: TableStore, prefix: str, fmt: TableFormat, latest: T
     built = {} if built is None else built
 
     def lake(version: TableVersion) -> LakeVersion:
-        if version.version not in built:
-            built[version.version] = lake_version(store, prefix, version)
-        return built[version.version]
+        made = built.get(version.version)
+        if made is None or (fmt.reads_change_data and made.change_data is None):
+            made = built[version.version] = lake_version(store, prefix, version, fmt.reads_change_data)
+        return made
 
     last = fmt.last_version(storage, prefix)
     if last is not None and last >= latest.version:
@@ -84,13 +85,16 @@ def bring_up_to_date(store: TableStore, prefix: str, fmt: TableFormat, latest: T
     return done + 1
 
 
-def lake_version(store: TableStore, prefix: str, version: TableVersion) -> LakeVersion:
+def lake_version(store: TableStore, prefix: str, version: TableVersion, with_change_data: bool) -> LakeVersion:
+    """The version as the formats take it; `with_change_data` (a format reads them): its row events written as
+    change data files (none for a version without row events: `()`)."""
     record = store.commit_record(prefix, version.version)
     changes: dict[str, Any] = record.get("changes") or {}
     operation = record.get("operation") or {}
-    change_data = None
-    if changes and changes.get("kind") == KIND_ROWS:
-        change_data = write_change_data(store.storage, prefix, version)
+    change_data: tuple[ChangeDataFile, ...] | None = None
+    if with_change_data:
+        rows = bool(changes) and changes.get("kind") == KIND_ROWS
+        change_data = write_change_data(store.storage, prefix, version) if rows else ()
     return LakeVersion(
         version=version.version, committed_at=version.committed_at, table=version.table,
         files=tuple(LakeFile(path=first_written(version.directory, f), bytes=f.bytes, rows=f.rows)
@@ -143,8 +147,3 @@ def oldest_retained(store: TableStore, prefix: str, latest: int) -> int:
         if n is not None and n < latest and store.storage.exists(f"{layout.version_dir(prefix, n)}/{FILES_JSON}"):
             return n
     return latest
-
-
-def format_folders(name: str) -> tuple[str, ...]:
-    """The folders of a table holding a format's metadata (what `records-destination formats --rebuild` clears)."""
-    return {DELTA: ("_delta_log", CHANGE_DATA), ICEBERG: ("metadata",)}[name]

@@ -50,6 +50,8 @@ class TableFormat(Protocol):
     two writers catching up the same table, or a retry after a crash, converge."""
 
     name: str
+    folders: tuple[str, ...]  # the table's folders holding the format's metadata (what `formats --rebuild` clears)
+    reads_change_data: bool  # whether `commit` uses `version.change_data` (written for it only then)
 
     def last_version(self, storage: Storage, prefix: str) -> int | None:
         """The records version of the format's latest entry for the table at `prefix`; None: none yet."""
