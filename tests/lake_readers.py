@@ -54,7 +54,8 @@ def duck(spec: StorageSpec) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def _polars_options(spec: StorageSpec) -> dict[str, str] | None:
+def polars_options(spec: StorageSpec) -> dict[str, str] | None:
+    """polars reads the data files with its own object store: the S3 endpoint and credentials for it."""
     if not spec.is_s3:
         return None
     return {"aws_endpoint_url": spec.s3_endpoint, "aws_access_key_id": spec.access_key_id,
@@ -70,12 +71,13 @@ def delta_rs(spec: StorageSpec, url: str, version: int | None = None) -> pa.Tabl
     return pa.table(delta_table(spec, url, version).to_pyarrow_table())
 
 
-def delta_duckdb(spec: StorageSpec, url: str) -> pa.Table:
-    return duck(spec).execute(f"SELECT * FROM delta_scan('{_path(url)}')").to_arrow_table()
+def delta_duckdb(spec: StorageSpec, url: str, version: int | None = None) -> pa.Table:
+    travel = f", version => {version}" if version is not None else ""
+    return duck(spec).execute(f"SELECT * FROM delta_scan('{_path(url)}'{travel})").to_arrow_table()
 
 
-def delta_polars(spec: StorageSpec, url: str, version: int | None = None) -> pa.Table:
-    return pl.scan_delta(url, version=version, storage_options=_polars_options(spec)).collect().to_arrow()
+def delta_polars(spec: StorageSpec, url: str, version: int | dt.datetime | None = None) -> pa.Table:
+    return pl.scan_delta(url, version=version, storage_options=polars_options(spec)).collect().to_arrow()
 
 
 def iceberg_table(spec: StorageSpec, url: str) -> StaticTable:
@@ -97,7 +99,7 @@ def iceberg_duckdb(spec: StorageSpec, url: str) -> pa.Table:
 
 
 def iceberg_polars(spec: StorageSpec, url: str) -> pa.Table:
-    return pl.scan_iceberg(iceberg_table(spec, url), storage_options=_polars_options(spec)).collect().to_arrow()
+    return pl.scan_iceberg(iceberg_table(spec, url), storage_options=polars_options(spec)).collect().to_arrow()
 
 
 DELTA_READERS: dict[str, Reader] = {"deltalake": delta_rs, "duckdb-delta": delta_duckdb, "polars-delta": delta_polars}

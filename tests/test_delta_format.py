@@ -7,25 +7,21 @@ import json
 import math
 import time
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
 
-import duckdb
-import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from deltalake import DeltaTable
 
 from destination.errors import StorageError
 from destination.storage.base import Storage
-from destination.table_formats.delta import LOG, DeltaFormat, delta_storage_options
+from destination.table_formats.delta import LOG, DeltaFormat
 from destination.table_formats.version import ChangeDataFile, LakeFile, LakeVersion
 from destination.table_model import DESTINATION_META, ColumnDef, TableDef
 from destination.table_store.datafiles import write_data_file
 from destination.table_store.layout import data_file_name
 from destination.type_mapping import arrow_schema
+from tests.lake_readers import delta_duckdb, delta_polars, delta_rs, delta_table
 
 PREFIX = "s/t"
 T0 = 1_700_000_000.0
@@ -84,39 +80,15 @@ def by_id(table: pa.Table) -> list[dict[str, Any]]:
 
 
 def read_deltalake(storage: Storage, version: int | None = None) -> list[dict[str, Any]]:
-    table = DeltaTable(storage.url(PREFIX), version=version, storage_options=delta_storage_options(storage.spec))
-    return by_id(table.to_pyarrow_table())
+    return by_id(delta_rs(storage.spec, storage.url(PREFIX), version))
 
 
 def read_polars(storage: Storage, version: int | dt.datetime | None = None) -> list[dict[str, Any]]:
-    frame = pl.scan_delta(storage.url(PREFIX), version=version, storage_options=delta_storage_options(storage.spec))
-    return by_id(frame.collect().to_arrow())
-
-
-def _extension(package: str, name: str) -> str:
-    module = __import__(package)
-    return str(sorted(Path(module.__file__).parent.glob(f"extensions/*/{name}.duckdb_extension"))[-1])
-
-
-def duck(storage: Storage) -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
-    con.execute("SET TimeZone = 'UTC'")
-    con.execute(f"LOAD '{_extension('duckdb_extension_delta', 'delta')}'")
-    spec = storage.spec
-    if spec.is_s3:
-        con.execute(f"LOAD '{_extension('duckdb_extension_httpfs', 'httpfs')}'")
-        endpoint = urlparse(spec.s3_endpoint)
-        con.execute("CREATE SECRET s3 (TYPE s3, KEY_ID ?, SECRET ?, ENDPOINT ?, URL_STYLE 'path', USE_SSL ?, "
-                    "REGION ?)", [spec.access_key_id, spec.secret_access_key, endpoint.netloc,
-                                  endpoint.scheme == "https", spec.s3_region])
-    return con
+    return by_id(delta_polars(storage.spec, storage.url(PREFIX), version))
 
 
 def read_duckdb(storage: Storage, version: int | None = None) -> list[dict[str, Any]]:
-    url = storage.url(PREFIX)
-    location = unquote(urlparse(url).path) if url.startswith("file:") else url
-    travel = f", version => {version}" if version is not None else ""
-    return by_id(duck(storage).execute(f"SELECT * FROM delta_scan('{location}'{travel})").to_arrow_table())
+    return by_id(delta_duckdb(storage.spec, storage.url(PREFIX), version))
 
 
 READERS = {"deltalake": read_deltalake, "duckdb": read_duckdb, "polars": read_polars}
@@ -168,7 +140,7 @@ def test_a_sequence_of_versions_reads_back_in_every_reader_and_travels_in_time(s
     assert log_actions(storage, 7)[1]["metaData"]["configuration"]["delta.enableChangeDataFeed"] == "true"
     assert log_actions(storage, 3)[0]["commitInfo"]["timestamp"] == int((T0 + 3) * 1000)
 
-    table = DeltaTable(storage.url(PREFIX), storage_options=delta_storage_options(storage.spec))
+    table = delta_table(storage.spec, storage.url(PREFIX))
     with storage.open_input(f"{PREFIX}/{changes.path}") as source:
         want = sorted((r["id"], r["name"], r["_change_type"]) for r in pq.read_table(source).to_pylist())
     cdf = pa.table(table.load_cdf(starting_version=7, ending_version=7).read_all()).to_pylist()
@@ -214,7 +186,7 @@ def test_every_fivetran_type_reads_back_with_its_values_in_every_reader(storage:
     assert want[0]["dec"] == Decimal("1234567890123456789012345678.0123456789")
     assert_all_read(storage, version)
 
-    table = DeltaTable(storage.url(PREFIX), storage_options=delta_storage_options(storage.spec))
+    table = delta_table(storage.spec, storage.url(PREFIX))
     config = table.metadata().configuration
     assert json.loads(config["fivetran.columns_not_in_delta"]) == ["dec_wide DECIMAL(60,5)", "clock NAIVE_TIME"]
     assert json.loads(config["fivetran.primary_key"]) == ["id"]
@@ -308,10 +280,10 @@ def test_time_travel_by_timestamp_finds_the_version_committed_then(storage: Stor
         DELTA.commit(storage, PREFIX, lake(number, TABLE, files, at=time.time()), oldest_retained=1)
     # S3 keeps modification times in whole seconds: the last moment of the second before version 3 was begun
     between = dt.datetime.fromtimestamp(math.floor(starts[2]) - 0.001, dt.UTC)
-    table = DeltaTable(storage.url(PREFIX), storage_options=delta_storage_options(storage.spec))
+    table = delta_table(storage.spec, storage.url(PREFIX))
     table.load_as_version(between)
     assert table.version() == 2
     assert [r["id"] for r in read_polars(storage, between)] == [2]
-    history = {h["version"]: h["timestamp"] for h in DeltaTable(
-        storage.url(PREFIX), storage_options=delta_storage_options(storage.spec)).history()}
+    history = {h["version"]: h["timestamp"] for h in delta_table(
+        storage.spec, storage.url(PREFIX)).history()}
     assert history[1] <= history[2] <= history[3]

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import time
 import uuid
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import duckdb
 import polars as pl
@@ -20,11 +18,13 @@ from pyiceberg.io.pyarrow import UnsupportedPyArrowTypeException
 from pyiceberg.table import StaticTable
 
 from destination.storage.base import Storage
-from destination.table_formats.iceberg import LEFT_OUT, PRIMARY_KEY, IcebergFormat, file_io_properties
+from destination.table_formats.iceberg import LEFT_OUT, PRIMARY_KEY, IcebergFormat
 from destination.table_formats.version import LakeFile, LakeVersion
 from destination.table_model import DESTINATION_META, ColumnDef, TableDef
 from destination.table_store.datafiles import write_data_file
 from destination.type_mapping import arrow_schema
+from tests import lake_readers
+from tests.lake_readers import iceberg_table, polars_options
 
 pytestmark = pytest.mark.filterwarnings("ignore:Iceberg scan planning with the polars_iceberg plugin")
 PREFIX = "s/t"
@@ -72,31 +72,11 @@ def _sorted(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def static_table(lake: Lake, metadata: str | None = None) -> StaticTable:
-    location = lake.location if metadata is None else f"{lake.location}/metadata/{metadata}"
-    return StaticTable.from_metadata(location, properties=file_io_properties(lake.storage.spec))
-
-
-def _extension(module: Any) -> str:
-    return str(sorted(Path(module.__file__).parent.glob("extensions/*/*.duckdb_extension"))[-1])
+    return iceberg_table(lake.storage.spec, lake.location if metadata is None else f"{lake.location}/metadata/{metadata}")
 
 
 def duck(lake: Lake) -> duckdb.DuckDBPyConnection:
-    """DuckDB with PyPI's extensions (never downloaded at run time), and a secret for the S3 endpoint."""
-    import duckdb_extension_avro
-    import duckdb_extension_httpfs
-    import duckdb_extension_iceberg
-
-    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
-    con.execute("SET TimeZone = 'UTC'")
-    for module in (duckdb_extension_avro, duckdb_extension_iceberg):  # iceberg reads its manifests with avro
-        con.execute(f"LOAD '{_extension(module)}'")
-    spec = lake.storage.spec
-    if spec.is_s3:
-        con.execute(f"LOAD '{_extension(duckdb_extension_httpfs)}'")
-        endpoint = urlparse(spec.s3_endpoint)
-        con.execute("CREATE SECRET s3 (TYPE s3, KEY_ID ?, SECRET ?, ENDPOINT ?, URL_STYLE 'path', USE_SSL false, "
-                    "REGION ?)", [spec.access_key_id, spec.secret_access_key, endpoint.netloc, spec.s3_region])
-    return con
+    return lake_readers.duck(lake.storage.spec)
 
 
 def duck_rows(lake: Lake, con: duckdb.DuckDBPyConnection, options: str = "") -> list[dict[str, Any]]:
@@ -105,12 +85,7 @@ def duck_rows(lake: Lake, con: duckdb.DuckDBPyConnection, options: str = "") -> 
 
 
 def scan_polars(lake: Lake, table: StaticTable, snapshot_id: int | None = None) -> pl.LazyFrame:
-    """polars reads the data files with its own object store: it is told the S3 endpoint too."""
-    spec = lake.storage.spec
-    options = {"aws_endpoint_url": spec.s3_endpoint, "aws_access_key_id": spec.access_key_id,
-               "aws_secret_access_key": spec.secret_access_key, "aws_region": spec.s3_region,
-               "aws_allow_http": "true", "aws_virtual_hosted_style_request": "false"} if spec.is_s3 else None
-    return pl.scan_iceberg(table, snapshot_id=snapshot_id, storage_options=options)
+    return pl.scan_iceberg(table, snapshot_id=snapshot_id, storage_options=polars_options(lake.storage.spec))
 
 
 def read_all(lake: Lake, con: duckdb.DuckDBPyConnection) -> dict[str, list[dict[str, Any]]]:
@@ -298,28 +273,21 @@ def test_oldest_retained_ends_time_travel_to_older_snapshots(storage: Storage) -
 
 
 def test_cost_stays_bounded_over_many_versions(storage: Storage) -> None:
-    """30 versions of one new file each, five retained: the current snapshot has one manifest, the metadata
-    folder holds the retained snapshots' files only, and neither a commit nor a read slows down."""
+    """30 versions of one new file each, five retained: the current snapshot has one manifest and the metadata
+    folder holds the retained snapshots' files only, so what a commit or a read opens does not grow with the
+    versions (bounded by structure; tests assert no timings)."""
     lake = Lake(storage)
     files: list[LakeFile] = []
-    commit_seconds, read_seconds = [], []
     for n in range(1, 31):
         files.append(lake.write(n, BASE, _rows(range(n * 10, n * 10 + 2))))
-        started = time.perf_counter()
         lake.commit(n, BASE, list(files[-20:]), oldest_retained=max(1, n - 4))
-        commit_seconds.append(time.perf_counter() - started)
         if n in (5, 30):
-            started = time.perf_counter()
-            rows = static_table(lake).scan().to_arrow().num_rows
-            read_seconds.append(time.perf_counter() - started)
-            assert rows == 2 * min(n, 20)
+            assert static_table(lake).scan().to_arrow().num_rows == 2 * min(n, 20)
     table = static_table(lake)
     snapshot = table.current_snapshot()
     assert snapshot is not None and len(snapshot.manifests(table.io)) == 1
     assert len(table.snapshots()) == 5
     assert len(list(storage.list_starting_with(f"{PREFIX}/metadata/"))) == 5 * 3 + 1  # + the hint
-    assert sum(commit_seconds[-5:]) < 3 * sum(commit_seconds[5:10]) + 0.5
-    assert read_seconds[1] < 3 * read_seconds[0] + 0.5
 
 
 def test_registers_in_a_sql_catalog(tmp_path: Path) -> None:

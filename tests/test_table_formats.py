@@ -154,22 +154,59 @@ def test_retention_in_the_complete_layout_keeps_the_files_the_formats_reference(
     expected = [i * 10 + k for i in range(5) for k in range(3)]
     for read in (*DELTA_READERS.values(), *ICEBERG_READERS.values()):
         assert ids_in(read(storage.spec, url)) == expected
-    with pytest.raises(Exception):  # noqa: B017 - each reader words it its own way; version 2 is retired
+    # version 2 is retired in both formats: Delta's log starts at its checkpoint, Iceberg's snapshot is expired
+    with pytest.raises(Exception, match="No files in log segment"):
         delta_rs(storage.spec, url, 2)
-    assert ids_in(delta_rs(storage.spec, url, 4)) == expected[:12]
+    with pytest.raises(ValueError, match="Snapshot not found: 2"):
+        iceberg_pyiceberg(storage.spec, url, 2)
+    assert ids_in(delta_rs(storage.spec, url, 4)) == ids_in(iceberg_pyiceberg(storage.spec, url, 4)) == expected[:12]
 
 
 def test_the_formats_command_rebuilds_the_metadata_from_the_committed_versions(storage: Storage, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", storage.spec.access_key_id)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", storage.spec.secret_access_key)
     plain = TableStore(storage)  # formats off: no metadata
-    for i in range(3):
+    for i in range(2):
         plain.write(SCHEMA, "events", appender(storage, i * 10))
     prefix = layout.table_prefix(SCHEMA, "events")
     assert not storage.list_children(f"{prefix}/_delta_log") and not storage.list_children(f"{prefix}/metadata")
+    lake_store(storage).write(SCHEMA, "events", appender(storage, 20))  # the formats catch up, then version 3
+    # metadata gone wrong: the latest Delta commit and Iceberg metadata file unreadable
+    storage.write_bytes(f"{prefix}/_delta_log/{3:020d}.json", b"not json")
+    storage.write_bytes(f"{prefix}/metadata/v3.metadata.json", b"not json")
     options = ["--s3-endpoint", storage.spec.s3_endpoint, "--s3-region", "us-east-1"] if storage.spec.is_s3 else []
     assert cli_main(["formats", f"{SCHEMA}.events", "--root", storage.spec.root, *options, "--rebuild"]) == 0
     assert "delta at version 3" in capsys.readouterr().out
     url = storage.url(prefix)
     assert delta_table(storage.spec, url).version() == 3
     assert ids_in(delta_rs(storage.spec, url, 2)) == ids_in(iceberg_pyiceberg(storage.spec, url, 2)) == [0, 1, 2, 10, 11, 12]
+    assert ids_in(delta_rs(storage.spec, url)) == ids_in(iceberg_pyiceberg(storage.spec, url)) == \
+        [0, 1, 2, 10, 11, 12, 20, 21, 22]
+
+
+@pytest.mark.parametrize("formats", ["iceberg", "delta"])
+def test_change_data_is_written_for_delta_only_and_retired_with_its_versions(stub, configuration, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                              formats: str) -> None:
+    """Delta's change data files (`_change_data/v<N>/`) exist only while Delta is followed and only for the
+    versions retention keeps (two here, no minimum age); Iceberg reads none, so none are written for it."""
+    from tests.rpc_helpers import table as table_proto
+    from tests.test_write_path import SYS, create, r, write
+
+    configuration = {**configuration, "changes": "parquet", "table_formats": formats, "retention_versions": "2",
+                     "retention_min_age_seconds": "0"}
+    t = table_proto("cdc", [("id", "INT", True), ("v", "STRING"), ("n", "LONG"), *SYS])
+    create(stub, configuration, "lake", t)
+    for i in range(5):
+        write(stub, configuration, "lake", t, tmp_path, replace=[r(i, f"v{i}"), r(0, f"again{i}")])
+    storage = open_storage(spec_of(configuration))
+    store = TableStore(storage)
+    latest = store.load("lake", "cdc")
+    assert latest is not None and latest.version == 6
+    folders = storage.list_children(f"{latest.prefix}/_change_data")
+    if formats == "iceberg":
+        assert folders == []
+    else:
+        kept = sorted(n for n in (layout.parse_version_dir(f) for f in folders) if n is not None)
+        assert kept and kept[0] >= latest.version - 1, kept  # the retired versions' change data is gone
+        assert len(delta_table(storage.spec, storage.url(latest.prefix)).load_cdf(
+            starting_version=latest.version, ending_version=latest.version).read_all()) == 3  # update pair + insert
