@@ -16,6 +16,7 @@ from destination.settings import ServerOptions
 from destination.storage.base import Storage, StorageSpec, open_storage
 from destination.table_store.options import LAYOUT_FIELD, LAYOUTS, default_layout
 from destination.table_store.store import Retention, TableStore
+from tests import serverproc
 from tests.s3server import ACCESS_KEY, SECRET_KEY, S3Server, start_seaweedfs
 
 BUCKET = "records-tests"
@@ -130,23 +131,27 @@ def stub(grpc_server: str):  # type: ignore[no-untyped-def]
     return sdk_grpc.DestinationConnectorStub(channel)
 
 
-SERVER_FIXTURES = ("stub", "grpc_server", "grpc_endpoint", "server_process")  # a server called over a socket
+SERVER_FIXTURES = ("stub", "grpc_server", "grpc_endpoint")  # a server called over a socket (in this process)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark each test by what it needs: Spark (the session, the in-process server, a server process), S3 (the
-    SeaweedFS server, the s3 backend); and by tier: `e2e` (a server called over a socket), `integration` (real Spark
-    or S3, no server), `unit` (neither). `-m unit` (the same as `-m "not spark and not s3"`) selects the quick tests."""
+    """Mark each test by what it needs: Spark (the session, the in-process server, a `serve` process: the `serve`
+    marker, which tests/serverproc.py insists on), S3 (the SeaweedFS server, the s3 backend); and by tier: `e2e` (a
+    server called over a socket), `integration` (real Spark or S3, no server), `unit` (neither). `-m unit` (the same
+    as `-m "not spark and not s3"`) selects the quick tests."""
     for item in items:
         names = getattr(item, "fixturenames", ())
         params = getattr(getattr(item, "callspec", None), "params", {})
-        spark = "spark" in names or "server_process" in names  # server_process: a `serve` subprocess, Spark inside
+        serve = item.get_closest_marker("serve") is not None
+        if serve:
+            serverproc.SERVE_MARKED.add(item.nodeid)
+        spark = "spark" in names or serve
         s3 = "s3_server" in names or params.get("configuration") == "s3"
         if spark:
             item.add_marker(pytest.mark.spark)
         if s3:
             item.add_marker(pytest.mark.s3)
-        if any(name in names for name in SERVER_FIXTURES):
+        if serve or any(name in names for name in SERVER_FIXTURES):
             item.add_marker(pytest.mark.e2e)
         elif spark or s3:
             item.add_marker(pytest.mark.integration)

@@ -21,6 +21,14 @@ BIN = Path(sys.executable).parent
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 WAIT_SECONDS = 180.0
+SERVE_MARKED: set[str] = set()  # node ids of the tests marked `serve` (tests/conftest.py fills it at collection)
+
+
+def check_marked() -> None:
+    """A test that starts `serve` (and so Spark) must say so with `@pytest.mark.serve`, or `-m unit` would select it."""
+    current = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0]
+    if current and current not in SERVE_MARKED:
+        raise AssertionError(f"{current} starts a `serve` process: mark it (or its module) with @pytest.mark.serve")
 
 
 @dataclass
@@ -51,6 +59,7 @@ class ServerProcess:
 
 def start_server(root: str, log: Path, *args: str, spark_master: str = "local[2]", **env: str) -> ServerProcess:
     """`serve` on a free port, with more command-line `args` and `env` added to this process's environment."""
+    check_marked()
     port = free_port()
     process = subprocess.Popen([str(BIN / "records-destination"), "serve", "--port", str(port), "--root", root,
                                 "--spark-master", spark_master, *args], stdout=open(log, "wb"), stderr=subprocess.DEVNULL,

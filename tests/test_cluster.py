@@ -27,6 +27,8 @@ from tests.serverproc import SERVING, ServerProcess, children, command_line, spa
 from tests.sparkcluster import EXECUTOR, SparkCluster, start_cluster
 from tests.test_write_path import KEY, SYS, U, create, params
 
+pytestmark = pytest.mark.serve  # every test here starts a `serve` process
+
 COLUMNS = [("id", "INT", True), ("s", "STRING"), ("n", "LONG"), *SYS]
 NAMES = [c[0] for c in COLUMNS]
 TARGET_FILE_SIZE = "256KiB"  # the data files' target size: the table holds more files than the old 16 buckets

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 
 from destination.protocol import sdk
 from destination.storage.base import StorageSpec, open_storage
@@ -18,6 +19,8 @@ from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING
 from tests.batchfiles import write_csv
 from tests.rpc_helpers import rows_of, table
 from tests.serverproc import NOT_SERVING, SERVING, ServerProcess, running_python_workers, spark_jvm, start_server, wait_for
+
+pytestmark = pytest.mark.serve  # every test here starts a `serve` process
 
 T = table("orders", [("id", "LONG", True), ("s", "STRING"), ("_fivetran_synced", "UTC_DATETIME"),
                      ("_fivetran_deleted", "BOOLEAN")])

@@ -233,6 +233,7 @@ def test_status_page_and_metrics_endpoints_answer(status_url: str) -> None:
     assert missing.value.code == 404
 
 
+@pytest.mark.serve
 def test_serve_with_metrics_port_log_context_and_port_file(tmp_path: Path) -> None:
     """A `serve` process: its log lines carry the account and group, the request's ones its schema and table; the
     port file names the port it listens on, which the Docker HEALTHCHECK's probe follows without an address."""

@@ -21,6 +21,8 @@ from tests.batchfiles import write_csv
 from tests.rpc_helpers import table
 from tests.s3server import free_port
 
+pytestmark = pytest.mark.serve  # every test here starts a `serve` process
+
 BIN = Path(sys.executable).parent
 
 
