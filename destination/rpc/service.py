@@ -19,7 +19,7 @@ from typing import Any
 
 import grpc
 
-from destination import logs
+from destination import logs, phases
 from destination.changes.settings import change_settings
 from destination.conversion import failure_summary
 from destination.errors import (
@@ -171,13 +171,13 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
             @functools.wraps(method)
             def run(self: DestinationService, request: Any, context: grpc.ServicerContext) -> Any:
                 schema, table = table_of(request)
-                with self.observer.request(name, schema, table) as work:
-                    answer = handle(self, request, context, schema, table)
+                with self.observer.request(name, schema, table) as work, phases.recording() as timing:
+                    answer = handle(self, request, context, schema, table, timing)
                     work.result = result_of(answer)
                     return answer
 
             def handle(self: DestinationService, request: Any, context: grpc.ServicerContext, schema: str,
-                       table: str) -> Any:
+                       table: str, timing: phases.Recorder) -> Any:
                 label = f"[{name}] {schema}.{table}"
                 started = time.monotonic()
                 try:
@@ -202,7 +202,10 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
                     logs.severe(f"{label}: unexpected {type(exc).__name__}: {scrub(str(exc))} at {where}")
                     context.abort(grpc.StatusCode.INTERNAL,
                                   f"{name} {schema}.{table}: unexpected {type(exc).__name__}: {scrub(str(exc))}")
-                logs.info(f"{label}: {detail} in {time.monotonic() - started:.3f}s")
+                seconds = time.monotonic() - started
+                spent = timing.rounded()
+                logs.info(f"{label}: {detail} in {seconds:.3f}s",
+                          {"seconds": round(seconds, 4), "phases": spent} if spent else None)
                 return result
             return run
         return wrap

@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from destination import logs
+from destination import logs, phases
 from destination.changes import cdf
 from destination.changes.metadata import KIND_ROWS
 from destination.changes.reader import version_files
@@ -46,7 +46,8 @@ class FollowFormats:
         built: dict[int, LakeVersion] = {}  # each version built once for all formats (its change data written once)
         for fmt in self.formats:
             try:
-                bring_up_to_date(store, prefix, fmt, committed, oldest_retained, built)
+                with phases.timed(fmt.name):
+                    bring_up_to_date(store, prefix, fmt, committed, oldest_retained, built)
             except Exception as exc:  # the records commit stands: the next write of the table catches the format up
                 logs.warning(f"{committed.schema}.{committed.table.name}: version {committed.version} is committed "
                              f"but its {fmt.name} metadata could not be written ({_error_text(exc)}); the next write of "
@@ -94,7 +95,8 @@ def lake_version(store: TableStore, prefix: str, version: TableVersion, with_cha
     change_data: tuple[ChangeDataFile, ...] | None = None
     if with_change_data:
         rows = bool(changes) and changes.get("kind") == KIND_ROWS
-        change_data = write_change_data(store.storage, prefix, version) if rows else ()
+        with phases.timed("change_files"):
+            change_data = write_change_data(store.storage, prefix, version) if rows else ()
     return LakeVersion(
         version=version.version, committed_at=version.committed_at, table=version.table,
         files=tuple(LakeFile(path=first_written(version.directory, f), bytes=f.bytes, rows=f.rows)

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Protocol
 
-from destination import logs
+from destination import logs, phases
 from destination.changes.metadata import ChangeParts, ChangeSet
 from destination.errors import CommitConflict, StorageError, UserActionRequired, WriteAbandoned
 from destination.storage.base import Storage, StorageSpec
@@ -233,9 +233,10 @@ class TableStore:
 
     def load(self, schema: str, table: str, version: int | None = None) -> TableVersion | None:
         """The given version (IncompleteVersion if it lacks files), or the newest complete one."""
-        if version is not None:
-            return self._load_version(schema, table, version) if version else None
-        return self._last_complete(schema, table, self.latest_version_number(self.table_prefix(schema, table)))
+        with phases.timed("load"):
+            if version is not None:
+                return self._load_version(schema, table, version) if version else None
+            return self._last_complete(schema, table, self.latest_version_number(self.table_prefix(schema, table)))
 
     def _last_complete(self, schema: str, table: str, n: int) -> TableVersion | None:
         """The newest complete version at or below n: a table whose latest committed version is incomplete stays
@@ -374,7 +375,8 @@ class TableStore:
         while len(conflicts) < MAX_ATTEMPTS:
             base_n = self.latest_version_number(prefix)
             target = base_n + 1
-            claim = self._claim(prefix, target)
+            with phases.timed("commit"):
+                claim = self._claim(prefix, target)
             if claim is ClaimRefused.COMMITTED:  # version taken by a commit: redo on the new base
                 conflicts.append(CommitConflict(f"version {target} was committed by another writer"))
                 continue
@@ -384,7 +386,8 @@ class TableStore:
                 time.sleep(0.2)
                 continue
             try:
-                base = load_base(schema, table, base_n) if base_n else None
+                with phases.timed("load"):
+                    base = load_base(schema, table, base_n) if base_n else None
                 if batch is not None and base is not None and batch.seen_in(base.recent_batches):
                     raise AlreadyApplied(base.version)
                 spot = VersionTarget(target, layout.version_dir(prefix, target), layout.changes_dir(prefix, target),
@@ -394,8 +397,9 @@ class TableStore:
                     self._abandon(prefix, target, claim)
                     return base
                 self._fault("after_data_files")
-                committed = self._commit(schema, prefix, base, target, claim, pending,
-                                         batch.value if batch is not None else None, spot.timestamp)
+                with phases.timed("commit"):
+                    committed = self._commit(schema, prefix, base, target, claim, pending,
+                                             batch.value if batch is not None else None, spot.timestamp)
             except CommitConflict as conflict:  # nothing committed: redo on a fresh base
                 self._abandon(prefix, target, claim)
                 conflicts.append(conflict)
@@ -409,7 +413,8 @@ class TableStore:
             except Exception:  # AlreadyApplied included: nothing to commit
                 self._abandon(prefix, target, claim)
                 raise
-            self._finish(prefix, committed)
+            with phases.timed("commit"):
+                self._finish(prefix, committed)
             carried = {f.name for f in pending.carried}
             written = tuple(f for f in committed.files if f.name not in carried)
             self._observer(CommitEvent(schema, table, committed, written,
@@ -536,7 +541,8 @@ class TableStore:
         s = self.storage
         directory = layout.version_dir(prefix, target)
         if pending.changes is not None:
-            self._write_changes(prefix, target, pending.changes)
+            with phases.timed("change_files"):
+                self._write_changes(prefix, target, pending.changes)
         carried = [f for f in pending.carried if f.rows > 0]
         if base is not None:
             carried = self._carry(base, pending.table, target, carried)
@@ -545,17 +551,18 @@ class TableStore:
             files = [write_data_file(s, directory, layout.data_file_name(None), empty_table(pending.table),
                                      pending.table, None)]
         totals = pending.changes.totals if pending.changes is not None else dict(base.change_totals if base else {})
-        schema_doc = records.dumps(records.schema_json(pending.table))
-        s.write_bytes(f"{directory}/{records.SCHEMA_JSON}", schema_doc)
-        s.write_bytes(f"{directory}/{records.SCHEMA_LEGACY}", schema_doc)
-        s.write_bytes(f"{directory}/{records.FORMAT_FILE}", b"")
-        s.write_bytes(f"{directory}/{records.FILES_JSON}", records.dumps({"files": [f.to_json() for f in files]}))
         recent = (*(base.recent_batches if base else ()), *((batch_id,) if batch_id else ()))[-RECENT_BATCHES:]
-        s.write_bytes(f"{directory}/{records.TABLE_JSON}", records.dumps({
-            "schema": schema, "table": pending.table.to_json(), "version": target,
-            "committed_at": committed_at, "recent_batches": list(recent), "change_totals": totals}))
-        s.write_bytes(f"{directory}/{records.MANIFEST}", records.dumps(
-            records.manifest_json([(s.url(file_path(directory, f)), f.bytes) for f in files])))
+        with phases.timed("metadata"):
+            schema_doc = records.dumps(records.schema_json(pending.table))
+            s.write_bytes(f"{directory}/{records.SCHEMA_JSON}", schema_doc)
+            s.write_bytes(f"{directory}/{records.SCHEMA_LEGACY}", schema_doc)
+            s.write_bytes(f"{directory}/{records.FORMAT_FILE}", b"")
+            s.write_bytes(f"{directory}/{records.FILES_JSON}", records.dumps({"files": [f.to_json() for f in files]}))
+            s.write_bytes(f"{directory}/{records.TABLE_JSON}", records.dumps({
+                "schema": schema, "table": pending.table.to_json(), "version": target,
+                "committed_at": committed_at, "recent_batches": list(recent), "change_totals": totals}))
+            s.write_bytes(f"{directory}/{records.MANIFEST}", records.dumps(
+                records.manifest_json([(s.url(file_path(directory, f)), f.bytes) for f in files])))
         self._fault("before_commit_record")
         # files listed where an earlier version wrote them were checked when the base loaded, and retention keeps
         # every file the latest version lists; only a base older than the latest (a repair) is checked again
@@ -596,12 +603,13 @@ class TableStore:
             for version in (committed.version - 1, committed.version):  # the base's: a writer died after its commit
                 self._drop_claims(prefix, version)
             follow = self._follow
-            if follow is None:
-                self.collect_garbage(prefix, committed.version)
-            else:
-                self._fault("before_table_formats")
-                self.collect_garbage(prefix, committed.version,
-                                     before_retiring=lambda oldest: follow(self, prefix, committed, oldest))
+            with phases.timed("retention"):  # the formats' commits, inside it, are phases of their own
+                if follow is None:
+                    self.collect_garbage(prefix, committed.version)
+                else:
+                    self._fault("before_table_formats")
+                    self.collect_garbage(prefix, committed.version,
+                                         before_retiring=lambda oldest: follow(self, prefix, committed, oldest))
         except StorageError as exc:  # the commit stands; housekeeping is retried next time
             logs.warning(f"{prefix}: version {committed.version} committed; housekeeping failed: {exc}")
 

@@ -25,6 +25,7 @@ from typing import NoReturn, TypeVar
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
+from destination import phases
 from destination.errors import DestinationError, SparkUnavailable
 from destination.write import metrics, progress
 from destination.write.session import discard_if_dead
@@ -75,9 +76,18 @@ def run_units(spark: SparkSession, task: Callable[[JobContext, U], R], ctx: JobC
         return []
     sc = spark.sparkContext
     indexed = list(enumerate(units))
-    pairs = _collect(sc, description, lambda: sc.parallelize(indexed, numSlices=len(indexed))
-                     .map(partial(run_unit, task, ctx)).collect())
-    return _results(pairs)
+    submitted = time.time()
+    timed = _collect(sc, description, lambda: sc.parallelize(indexed, numSlices=len(indexed))
+                     .map(partial(_timed_unit, partial(run_unit, task, ctx))).collect())
+    phases.spark_job(submitted, [(start, end) for _pair, start, end in timed], time.time())
+    return _results([pair for pair, _start, _end in timed])
+
+
+def _timed_unit(run: Callable[[T], P], item: T) -> tuple[P, float, float]:
+    """A unit's result with its task's start and end (wall clock): the request's phases split the job by them."""
+    started = time.time()
+    result = run(item)
+    return result, started, time.time()
 
 
 def run_shuffled(spark: SparkSession, map_task: Callable[[JobContext, U], Iterable[tuple[int, P]]],

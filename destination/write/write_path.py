@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from destination import logs
+from destination import logs, phases
 from destination.changes.files import STAGING, ChangeTarget, write_empty
 from destination.changes.metadata import KIND_ROWS, KIND_SNAPSHOT, ZERO_TOTALS, ChangeFile, ChangeParts, ChangeSet, change_set
 from destination.changes.settings import ChangeSettings
@@ -197,7 +197,8 @@ class WritePath:
         failures: Counter[FailureKey] = Counter()
         rows = 0
         for ref in plan.files:  # the driver reads its own disk, not a copy staged for a cluster's executors
-            ops = file_operations(base.table, replace(ref, staged=None), plan.fmt)
+            with phases.timed("decode"):
+                ops = file_operations(base.table, replace(ref, staged=None), plan.fmt)
             parts += ops.parts
             rows += ops.rows
             failures.update(ops.failures_by_column)
@@ -355,7 +356,8 @@ class WritePath:
                               f"format changes {schema}.{table.name}", KIND_ROWS).changes
             self.store.storage.delete_prefix(f"{target.changes_directory}/{STAGING}")
         if not files:
-            files = [write_empty(self.store.storage, self._change_target(schema, target, parts.kind), table)]
+            with phases.timed("change_files"):
+                files = [write_empty(self.store.storage, self._change_target(schema, target, parts.kind), table)]
         return change_set(schema, table, self.changes, parts.kind, target.version, int(target.timestamp * 1_000_000),
                           files, before, parts.noop_updates)
 

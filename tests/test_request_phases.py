@@ -1,0 +1,101 @@
+"""The per-request phase times (destination/phases.py): the recorder's arithmetic against a clock the test drives,
+and the `phases` field of a real WriteBatch's log line through the gRPC server."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench.batches import write_batch_file
+from bench.data import COLUMNS, KEY, Pools, column_names, plain_rows, system_columns, text_table
+from destination import phases
+from destination.protocol import sdk
+from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING
+from tests.rpc_helpers import table
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    fake = FakeClock()
+    monkeypatch.setattr(phases.time, "perf_counter", fake)
+    return fake
+
+
+@pytest.mark.unit
+def test_nested_phases_count_once_and_handed_time_leaves_the_running_phase(clock: FakeClock) -> None:
+    with phases.recording() as recorder, phases.timed("retention"):
+        clock.now += 1.0
+        with phases.timed("delta"):
+            clock.now += 2.0
+            with phases.timed("change_files"):
+                clock.now += 0.5
+            clock.now += 0.25
+        clock.now += 4.0  # the Spark job's 4 s, split below by its tasks' clock
+        phases.add({"spark_scheduling": 1.0, "tasks": 2.5, "spark_results": 0.5})
+        clock.now += 0.125
+    assert recorder.seconds == {"retention": 1.125, "delta": 2.25, "change_files": 0.5, "spark_scheduling": 1.0,
+                                "tasks": 2.5, "spark_results": 0.5}
+    assert sum(recorder.seconds.values()) == pytest.approx(7.875)  # the block's wall time, once
+
+
+@pytest.mark.unit
+def test_spark_job_split_by_task_spans_clamped_to_the_job() -> None:
+    with phases.recording() as recorder:
+        phases.spark_job(10.0, [(10.5, 11.0), (10.75, 12.0)], 12.25)
+        phases.spark_job(20.0, [(19.0, 25.0)], 21.0)  # another host's clock: clamped into the job
+    assert recorder.seconds == pytest.approx({"spark_scheduling": 0.5, "tasks": 1.5 + 1.0, "spark_results": 0.25})
+
+
+@pytest.mark.unit
+def test_outside_a_request_hooks_do_nothing_and_unknown_names_are_refused() -> None:
+    with phases.timed("delta"):
+        phases.add({"tasks": 1.0})
+    with phases.recording(), pytest.raises(ValueError, match="unknown phase 'parsing'"), phases.timed("parsing"):
+        pass
+
+
+def _lines(captured: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in captured.splitlines() if line.startswith("{")]
+
+
+def test_write_batch_log_line_carries_its_phases(stub, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    configuration = {"root": str(tmp_path / "root"), "table_formats": "delta,iceberg"}
+    columns = [(name, kind, name == KEY, params) for name, kind, params in COLUMNS]
+    definition = table("t", [*columns, *system_columns(False)])
+    assert stub.CreateTable(sdk.CreateTableRequest(configuration=configuration, schema_name="phases",
+                                                   table=definition)).success
+    rows = text_table(plain_rows(np.arange(200, dtype=np.int64), 1, Pools.make(), "2024-06-01T00:00:00Z"),
+                      column_names(False))
+    batch = write_batch_file(tmp_path, "sync", rows, "replace", "csv")
+    capsys.readouterr()
+    request = sdk.WriteBatchRequest(configuration=configuration, schema_name="phases", table=definition,
+                                    file_params=sdk.FileParams(compression=sdk.Compression.Value("ZSTD"),
+                                                               encryption=sdk.Encryption.Value("AES"),
+                                                               null_string=NULL_STRING,
+                                                               unmodified_string=UNMODIFIED_STRING),
+                                    replace_files=[batch.path], keys={batch.path: batch.key})
+    assert stub.WriteBatch(request).success
+    lines = [line for line in _lines(capsys.readouterr().out)
+             if str(line["message"]).startswith("[WriteBatch] phases.t: 200 rows")]
+    assert len(lines) == 1, lines
+    line = lines[0]
+    spent = line["phases"]
+    assert isinstance(spent, dict)
+    assert {"load", "decode", "spark_scheduling", "tasks", "commit", "metadata", "retention", "delta",
+            "iceberg"} <= set(spent), spent
+    assert set(spent) <= set(phases.PHASES)
+    assert all(isinstance(v, float) and v >= 0 for v in spent.values())
+    seconds = line["seconds"]
+    assert isinstance(seconds, float)
+    assert sum(spent.values()) <= seconds + 1e-3  # rounded to 0.1 ms each
+    assert str(line["message"]).endswith(f" in {seconds:.3f}s")
