@@ -86,29 +86,34 @@ def _value(column: str, duck_type: str) -> str:
     return f"CASE WHEN {b} = {_literal(UNMODIFIED_STRING)} THEN {s} ELSE {cast} END"
 
 
-def merge_sql(stored: list[str], batch_csv: list[str], batch_columns: list[str], schema: list[tuple[str, str]],
-              kind: str, out: str) -> str:
-    """The COPY statement applying a `kind` (replace | update | delete) batch to the stored files."""
-    files = "[" + ", ".join(_literal(f) for f in stored) + "]"
+def merge_rows(source: str, batch_csv: list[str], batch_columns: list[str], schema: list[tuple[str, str]],
+               kind: str) -> str:
+    """The SELECT of the table's rows after a `kind` (replace | update | delete) batch is applied to the rows of
+    `source` (a relation: `read_parquet([...])`, or a parenthesised query, so changes chain)."""
     csv = ("read_csv([" + ", ".join(_literal(f) for f in batch_csv) + "], header = true, all_varchar = true, "
            f"delim = ',', quote = '\"', escape = '\"', nullstr = {_literal(NULL_STRING)})")
     key_type = dict(schema)[KEY]
     batch = f"(SELECT *, CAST({_quoted(KEY)} AS {key_type}) AS __key FROM {csv})"
     if kind == "delete":
-        rows = f"SELECT s.* FROM read_parquet({files}) s ANTI JOIN {batch} b ON s.{_quoted(KEY)} = b.__key"
-    else:
-        columns = []
-        for name, duck_type in schema:
-            if name in batch_columns and name != DESTINATION_META:
-                written = _value(name, duck_type)
-            elif name == DESTINATION_META:
-                written = f"CAST(NULL AS {duck_type})"
-            else:
-                written = f"s.{_quoted(name)}"
-            columns.append(f"CASE WHEN b.__key IS NULL THEN s.{_quoted(name)} ELSE {written} END AS {_quoted(name)}")
-        join = "FULL OUTER JOIN" if kind == "replace" else "LEFT JOIN"
-        rows = (f"SELECT {', '.join(columns)} FROM read_parquet({files}) s {join} {batch} b "
-                f"ON s.{_quoted(KEY)} = b.__key")
+        return f"SELECT s.* FROM {source} s ANTI JOIN {batch} b ON s.{_quoted(KEY)} = b.__key"
+    columns = []
+    for name, duck_type in schema:
+        if name in batch_columns and name != DESTINATION_META:
+            written = _value(name, duck_type)
+        elif name == DESTINATION_META:
+            written = f"CAST(NULL AS {duck_type})"
+        else:
+            written = f"s.{_quoted(name)}"
+        columns.append(f"CASE WHEN b.__key IS NULL THEN s.{_quoted(name)} ELSE {written} END AS {_quoted(name)}")
+    join = "FULL OUTER JOIN" if kind == "replace" else "LEFT JOIN"
+    return f"SELECT {', '.join(columns)} FROM {source} s {join} {batch} b ON s.{_quoted(KEY)} = b.__key"
+
+
+def merge_sql(stored: list[str], batch_csv: list[str], batch_columns: list[str], schema: list[tuple[str, str]],
+              kind: str, out: str) -> str:
+    """The COPY statement applying a `kind` (replace | update | delete) batch to the stored files."""
+    files = "[" + ", ".join(_literal(f) for f in stored) + "]"
+    rows = merge_rows(f"read_parquet({files})", batch_csv, batch_columns, schema, kind)
     return (f"COPY ({rows}) TO {_literal(out)} (FORMAT parquet, COMPRESSION snappy, PER_THREAD_OUTPUT true, "
             "OVERWRITE_OR_IGNORE true)")
 

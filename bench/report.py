@@ -7,6 +7,7 @@ import subprocess
 import time
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from bench.results import Measurement, Run, pass_key
 from destination.table_store.options import REFERENCING, default_layout
@@ -308,6 +309,7 @@ def write_report(run: Run, path: Path) -> None:
         key = pass_key(backend, scale)
         lines += [f"## Results: {key}", "", f"Configuration fields passed to the server: {_passed(run, key)}.", "",
                   *_table(run, scale, backend), ""]
+    lines += [*fleet_section(run), ""] if run.fleet else []
     keys = sorted(run.baselines)
     names = list(dict.fromkeys(name for k in keys for name in run.baselines[k]))
     lines += ["## Baselines (seconds)", "", "| baseline | " + " | ".join(keys) + " |", "|---|" + "---:|" * len(keys),
@@ -316,3 +318,108 @@ def write_report(run: Run, path: Path) -> None:
     if NOTES.exists():
         lines += [NOTES.read_text().rstrip(), ""]
     path.write_text("\n".join(lines))
+
+
+# ---- the fleet section (bench/fleet.py) ----------------------------------------------------------------------
+
+FLEET_DUCKDB_TARGET = 0.7  # p50 at 1 in flight ≤ this × DuckDB's p50 for the same sync
+FLEET_CALLS_TARGET, FLEET_P95_TARGET = 15.0, 1.0  # at 8 in flight: calls/s ≥, with p95 ≤ seconds
+FLEET_S3_TARGET = 2.0  # S3's p50 at 1 in flight ≤ this × local's
+FLEET_START, FLEET_END = "<!-- fleet:start -->", "<!-- fleet:end -->"
+FLEET_PHASE_ORDER = ("load", "decode", "spark_scheduling", "tasks", "spark_results", "commit", "metadata",
+                     "change_files", "delta", "iceberg", "retention", "other", "seconds")
+
+
+def _level(result: dict[str, Any], in_flight: int) -> dict[str, Any] | None:
+    return next((lv for lv in result.get("levels", []) if lv["in_flight"] == in_flight), None)
+
+
+def fleet_targets(fleet: dict[str, Any]) -> list[str]:
+    """The issue's targets, each met or missed from the measured figures (or not measured)."""
+    out = []
+    for backend, result in sorted(fleet.items()):
+        one, eight, duck = _level(result, 1), _level(result, 8), result.get("duckdb", {}).get("p50")
+        if one is not None and duck:
+            value = one["p50"] / duck
+            out.append(f"- {backend}: WriteBatch p50 at 1 in flight {one['p50'] * 1000:,.0f} ms, {value:.2f}× DuckDB's "
+                       f"p50 for the same syncs ({duck * 1000:,.0f} ms; target ≤ {FLEET_DUCKDB_TARGET}×): "
+                       f"{_verdict(value <= FLEET_DUCKDB_TARGET)}.")
+        if eight is not None:
+            met = eight["calls_per_second"] >= FLEET_CALLS_TARGET and eight["p95"] <= FLEET_P95_TARGET
+            out.append(f"- {backend}: at 8 in flight {eight['calls_per_second']:.1f} calls/s with p95 "
+                       f"{eight['p95'] * 1000:,.0f} ms (target ≥ {FLEET_CALLS_TARGET:.0f} calls/s with p95 ≤ "
+                       f"{FLEET_P95_TARGET * 1000:,.0f} ms): {_verdict(met)}.")
+        else:
+            out.append(f"- {backend}: 8 in flight: not measured in this run.")
+    local, s3 = _level(fleet.get("local", {}), 1), _level(fleet.get("s3", {}), 1)
+    if local is not None and s3 is not None and local["p50"]:
+        value = s3["p50"] / local["p50"]
+        out.append(f"- S3's p50 at 1 in flight {s3['p50'] * 1000:,.0f} ms, {value:.2f}× local's "
+                   f"({local['p50'] * 1000:,.0f} ms; target ≤ {FLEET_S3_TARGET}×): {_verdict(value <= FLEET_S3_TARGET)}.")
+    return out
+
+
+def _fleet_backend(backend: str, result: dict[str, Any]) -> list[str]:
+    tables = result["shape"]["tables"]
+    rows = ["| calls in flight | calls | p50 ms | p95 ms | p99 ms | calls/s | rows/s | server RSS before → after MB "
+            "(JVM after) | errors |", "|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    for lv in result.get("levels", []):
+        errors = ", ".join(f"{k} {v}" for k, v in sorted(lv["errors"].items())) or "none"
+        rows.append(f"| {lv['in_flight']} | {lv['calls']:,} | {lv['p50'] * 1000:,.0f} | {lv['p95'] * 1000:,.0f} | "
+                    f"{lv['p99'] * 1000:,.0f} | {lv['calls_per_second']:.1f} | {lv['rows_per_second']:,.0f} | "
+                    f"{lv['rss_before'] / 1e6:,.0f} → {lv['rss_after'] / 1e6:,.0f} ({lv['jvm_after'] / 1e6:,.0f}) | "
+                    f"{errors} |")
+    duck, floor = result.get("duckdb", {}), result.get("floor", {})
+    rows += ["", f"Baselines, one sync at a time: DuckDB (merge and rewrite the whole table file) p50 "
+             f"{duck.get('p50', 0) * 1000:,.0f} ms, p95 {duck.get('p95', 0) * 1000:,.0f} ms over {duck.get('count', 0):,} "
+             f"syncs; the floor (decode, one Parquet and three small JSON files, each fsynced) p50 "
+             f"{floor.get('p50', 0) * 1000:,.0f} ms, p95 {floor.get('p95', 0) * 1000:,.0f} ms. Tables equal to the "
+             f"model at the end: the server's {result.get('server_tables_exact', 0)} of {tables}, DuckDB's "
+             f"{result.get('duckdb_tables_exact', 0)} of {tables}. Initial loads: {result.get('load_seconds', 0):.1f} s.",
+             "", "Where a WriteBatch's time goes (the server's own `phases`, mean / median ms per request; `other`: "
+             "the request's time no phase covers; `seconds`: the request's whole time in the server):", ""]
+    levels = result.get("levels", [])
+    rows += ["| phase | " + " | ".join(f"{lv['in_flight']} in flight" for lv in levels) + " |",
+             "|---|" + "---:|" * len(levels)]
+    names = [n for n in FLEET_PHASE_ORDER if any(n in lv["phases"] for lv in levels)]
+    names += sorted({n for lv in levels for n in lv["phases"]} - set(names))
+    for name in names:
+        cells = [f"{lv['phases'][name]['mean'] * 1000:,.1f} / {lv['phases'][name]['median'] * 1000:,.1f}"
+                 if name in lv["phases"] else "" for lv in levels]
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def fleet_section(run: Run) -> list[str]:
+    """The fleet section, between markers so a fleet-only run can replace it in an existing report."""
+    if not run.fleet:
+        return []
+    shape = next(iter(run.fleet.values()))["shape"]
+    lines = [FLEET_START, "## Fleet: many small syncs across many tables", "",
+             f"{shape['tables']} tables of {shape['rows']:,} rows (the 20-column table), {shape['rounds']} rounds per "
+             f"level of one {shape['sync_rows']:,}-row WriteBatch per table (a replace file of mostly new keys and "
+             "some updates of recent keys; an update file every other round, a delete file every third), at "
+             f"{', '.join(str(n) for n in shape['levels'])} calls in flight (a table's syncs in order); the server "
+             "is `serve` in its own process, with the configuration's defaults. Latency is each call's wall time at "
+             "the client; RSS is the server's process and all its children (its Spark JVM and Python workers) after "
+             "the level (bench/fleet.py).", "", "### Fleet targets", "", *fleet_targets(run.fleet), ""]
+    for backend, result in sorted(run.fleet.items()):
+        lines += [f"### Fleet: {backend}", "", *_fleet_backend(backend, result), ""]
+    return [*lines, FLEET_END]
+
+
+def merge_fleet_section(run: Run, path: Path) -> None:
+    """Write the fleet section into the report at `path`, leaving its other sections as they are: in place of the
+    previous fleet section, else before the analysis (bench/notes.md), else at the end."""
+    section = "\n".join(fleet_section(run))
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    if FLEET_START in text and FLEET_END in text:
+        before, rest = text.split(FLEET_START, 1)
+        text = before + section + rest.split(FLEET_END, 1)[1]
+    elif "\n## Analysis\n" in text:
+        before, after = text.split("\n## Analysis\n", 1)
+        text = f"{before}\n{section}\n\n## Analysis\n{after}"
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)

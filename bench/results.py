@@ -53,6 +53,7 @@ class Run:
     # those its form does not list
     settings: dict[str, dict[str, Any]] = field(default_factory=dict)
     shape: dict[str, Any] = field(default_factory=dict)
+    fleet: dict[str, Any] = field(default_factory=dict)  # backend -> the fleet pass's figures (bench/fleet.py)
 
 
 def pass_key(backend: str, scale: int) -> str:
@@ -70,17 +71,18 @@ def load_results(paths: list[Path]) -> Run:
         for m in measurements:
             m.scale = m.scale or scales[0]
         runs.append(Run(scales, data.get("started", path.stat().st_mtime), measurements, data["baselines"],
-                        data.get("settings", {}), data.get("shape", {})))
+                        data.get("settings", {}), data.get("shape", {}), data.get("fleet", {})))
     merged = runs[0]
     for other in runs[1:]:
         merged.scales = sorted(set(merged.scales) | set(other.scales))
         merged.measurements += other.measurements
         merged.baselines.update(other.baselines)
         merged.settings.update(other.settings)
+        merged.fleet.update(other.fleet)
     return merged
 
 
 def save(run: Run, path: Path) -> None:
     path.write_text(json.dumps({"scales": run.scales, "started": run.started, "baselines": run.baselines,
-                                "settings": run.settings, "shape": run.shape,
+                                "settings": run.settings, "shape": run.shape, "fleet": run.fleet,
                                 "measurements": [asdict(m) for m in run.measurements]}, indent=1))

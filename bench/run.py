@@ -20,10 +20,10 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from bench import baselines, duck
-from bench.report import write_report
+from bench import baselines, duck, fleet
+from bench.report import merge_fleet_section, write_report
 from bench.results import Measurement, Run, load_results, pass_key, save
-from bench.scenarios import GROUPS, rows_option, selected_groups
+from bench.scenarios import FLEET, GROUPS, rows_option, selected_groups
 from bench.server import Server, create_table, soft_truncate, unknown_fields, write
 from bench.tables import data_file_urls, stored_bytes
 from bench.workload import CLUSTERED_KINDS, STEP_MS, T0_MS, Shape, Workload, clustered_kind, clustered_name
@@ -311,6 +311,22 @@ def run_server(p: Pass, work: Path, profile: bool) -> None:
         p.server.stop()
 
 
+def run_fleet(args: argparse.Namespace, extra: dict[str, str], work: Path) -> dict[str, Any]:
+    """The fleet group on every backend (bench/fleet.py): its own tables and server per backend."""
+    shape = fleet.FleetShape(args.fleet_tables, args.fleet_rows, args.fleet_rounds, args.fleet_sync_rows,
+                             tuple(int(n) for n in args.fleet_levels.split(",")))
+    tables = fleet.prepare(shape, Path(args.cache) / "fleet", log)
+    out = {}
+    for name in (n.strip() for n in args.backends.split(",")):
+        directory = work / "fleet" / name
+        backend = Backend(name, directory, extra)
+        try:
+            out[name] = fleet.run_backend(backend, shape, tables, directory, args.duckdb_memory, log)
+        finally:
+            backend.stop()
+    return out
+
+
 def _start_profiler(server: Server, work: Path, name: str) -> Any:
     import subprocess
     import sys
@@ -342,6 +358,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clustered-syncs", type=int, default=20)
     parser.add_argument("--small-syncs", type=int, default=1000, help="syncs that build the small-syncs table")
     parser.add_argument("--small-sync-rows", type=int, default=10_000, help="rows of each small sync")
+    parser.add_argument("--fleet-tables", type=int, default=40, help="fleet: tables")
+    parser.add_argument("--fleet-rows", type=lambda t: rows_option(t)[0], default=20_000,
+                        help="fleet: rows of each table's initial load")
+    parser.add_argument("--fleet-rounds", type=int, default=10, help="fleet: rounds of one sync per table, per level")
+    parser.add_argument("--fleet-sync-rows", type=int, default=500, help="fleet: rows of each sync")
+    parser.add_argument("--fleet-levels", default="1,4,8", help="fleet: WriteBatch calls in flight, per level")
     parser.add_argument("--layout", help="the `layout` configuration field passed to the server (complete | referencing)")
     parser.add_argument("--target-file-size", help="the `target_file_size` configuration field, e.g. 128MiB")
     parser.add_argument("--retention-min-age-seconds",
@@ -370,11 +392,14 @@ def main(argv: list[str] | None = None) -> int:
                                                      "small_syncs": args.small_syncs,
                                                      "small_sync_rows": args.small_sync_rows})
     try:
-        for rows in args.rows:
+        if FLEET in groups:
+            run.fleet.update(run_fleet(args, extra, work))
+            save(run, work / "results.json")
+        for rows in (args.rows if groups - {FLEET} else []):
             shape = Shape(rows, args.small_rows[0], args.change_fraction, args.clustered_syncs, args.small_syncs,
                           args.small_sync_rows)
             w = Workload(shape, Path(args.cache), log)
-            w.prepare(name for g in sorted(groups) for name in w.set_names(g))
+            w.prepare(name for g in sorted(groups - {FLEET}) for name in w.set_names(g))
             for name in (n.strip() for n in args.backends.split(",")):
                 directory = work / f"{rows}" / name
                 backend = Backend(name, directory, extra)
@@ -390,7 +415,10 @@ def main(argv: list[str] | None = None) -> int:
                     backend.stop()
                 save(run, work / "results.json")  # after every pass: a long run keeps what it measured
         log(f"results in {work / 'results.json'}")
-        if args.report:
+        if args.report and groups == {FLEET}:  # the report's other sections stay as they are
+            merge_fleet_section(run, Path(args.report))
+            log(f"fleet section written into {args.report}")
+        elif args.report:
             write_report(run, Path(args.report))
             log(f"report written to {args.report}")
     finally:

@@ -1,7 +1,9 @@
 """What a run measures: its scales and its scenario groups, as the command line gives them."""
 from __future__ import annotations
 
-GROUPS = ("load", "parquet", "parquet_full", "uniform", "new_keys", "truncate", "history", "clustered", "small_syncs")
+GROUPS = ("load", "parquet", "parquet_full", "uniform", "new_keys", "truncate", "history", "clustered", "small_syncs",
+          "fleet")
+FLEET = "fleet"  # many small syncs across many tables, several calls in flight (bench/fleet.py); no --rows scale
 NEEDS = {"uniform": ("load",), "new_keys": ("load", "parquet"), "truncate": ("parquet",), "clustered": ("load",)}
 
 

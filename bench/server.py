@@ -49,7 +49,8 @@ class MemorySampler:
     def reset(self) -> None:
         self.peak = Peak()
 
-    def _sample(self) -> None:
+    def now(self) -> Peak:
+        """The RSS at this moment (the server, its JVM and Spark's Python workers)."""
         jvm = python = 0
         for p in [self.root, *self.root.children(recursive=True)]:
             try:
@@ -61,6 +62,11 @@ class MemorySampler:
                 jvm += rss
             else:
                 python += rss
+        return Peak(jvm + python, jvm, python)
+
+    def _sample(self) -> None:
+        current = self.now()
+        jvm, python = current.jvm, current.python
         peak = self.peak
         self.peak = Peak(max(peak.total, jvm + python), max(peak.jvm, jvm), max(peak.python, python))
 
@@ -149,6 +155,12 @@ def create_table(stub: Any, configuration: dict[str, str], schema: str, name: st
 
 
 def write(stub: Any, configuration: dict[str, str], schema: str, name: str, files: list[BatchFile], history: bool) -> None:
+    call = stub.WriteHistoryBatch if history else stub.WriteBatch
+    _check(call(write_request(configuration, schema, name, files, history), timeout=7200), f"write {name}")
+
+
+def write_request(configuration: dict[str, str], schema: str, name: str, files: list[BatchFile],
+                  history: bool) -> Any:
     cls = sdk.WriteHistoryBatchRequest if history else sdk.WriteBatchRequest
     request = cls(configuration=configuration, schema_name=schema, table=table_proto(name, history),
                   file_params=file_params())
@@ -157,8 +169,7 @@ def write(stub: Any, configuration: dict[str, str], schema: str, name: str, file
     for f in files:
         getattr(request, fields[f.kind]).append(f.path)
         request.keys[f.path] = f.key
-    call = stub.WriteHistoryBatch if history else stub.WriteBatch
-    _check(call(request, timeout=7200), f"write {name}")
+    return request
 
 
 def soft_truncate(stub: Any, configuration: dict[str, str], schema: str, name: str, cutoff_ms: int) -> None:

@@ -184,36 +184,41 @@ class Workload:
                 self.files[name] = self._cached(self._plans[name], pool)
 
     def _cached(self, plan: SetPlan, pool: ProcessPoolExecutor) -> list[BatchFile]:
-        digest = plan.digest()
-        directory = self.cache / f"{plan.name}-{digest}"
-        described = directory / "files.json"
-        if described.exists():
-            entries = json.loads(described.read_text())
-            self.log(f"workload: {plan.name} from the cache ({len(entries)} files)")
-            return [BatchFile(str(directory / e["file"]), _derived_key(digest, e["name"]), e["rows"], e["plain_bytes"],
-                              e["kind"]) for e in entries]
-        directory.mkdir(parents=True, exist_ok=True)
-        rows = sum(len(j.ids) for j in plan.jobs)
-        self.log(f"workload: generating {plan.name}: {len(plan.jobs)} files, {rows:,} rows")
-        jobs = [FileJob(str(directory), j.name, j.kind, j.fmt, j.variant, j.ids, j.seed, j.step,
-                        _derived_key(digest, j.name)) for j in plan.jobs]
-        made = list(pool.map(make_file, jobs, chunksize=max(1, len(jobs) // 64)))
-        names = [j.name for j in jobs]
-        if plan.earliest is not None:
-            ids, start = plan.earliest
-            table = pa.table({KEY: pa.array(ids, pa.int64()).cast(pa.string()), START: pa.array([start] * len(ids))})
-            names.append(f"{plan.name}-earliest")
-            made.append(write_batch_file(directory, names[-1], table, "earliest", "csv", _derived_key(digest, names[-1])))
-        described.write_text(json.dumps([{"file": Path(f.path).name, "name": name, "rows": f.rows,
-                                          "plain_bytes": f.plain_bytes, "kind": f.kind}
-                                         for f, name in zip(made, names, strict=True)]))
-        return made
+        return cached_set(self.cache, plan, pool, self.log)
 
     def _plan_all(self) -> None:
         if self._plans:
             return
         for plan in plans(self.shape):
             self._plans[plan.name] = plan
+
+
+def cached_set(cache: Path, plan: SetPlan, pool: ProcessPoolExecutor, log: Callable[[str], None]) -> list[BatchFile]:
+    """The set's files, in the plan's order: from the cache, or generated into it."""
+    digest = plan.digest()
+    directory = cache / f"{plan.name}-{digest}"
+    described = directory / "files.json"
+    if described.exists():
+        entries = json.loads(described.read_text())
+        log(f"workload: {plan.name} from the cache ({len(entries)} files)")
+        return [BatchFile(str(directory / e["file"]), _derived_key(digest, e["name"]), e["rows"], e["plain_bytes"],
+                          e["kind"]) for e in entries]
+    directory.mkdir(parents=True, exist_ok=True)
+    rows = sum(len(j.ids) for j in plan.jobs)
+    log(f"workload: generating {plan.name}: {len(plan.jobs)} files, {rows:,} rows")
+    jobs = [FileJob(str(directory), j.name, j.kind, j.fmt, j.variant, j.ids, j.seed, j.step,
+                    _derived_key(digest, j.name)) for j in plan.jobs]
+    made = list(pool.map(make_file, jobs, chunksize=max(1, len(jobs) // 64)))
+    names = [j.name for j in jobs]
+    if plan.earliest is not None:
+        ids, start = plan.earliest
+        table = pa.table({KEY: pa.array(ids, pa.int64()).cast(pa.string()), START: pa.array([start] * len(ids))})
+        names.append(f"{plan.name}-earliest")
+        made.append(write_batch_file(directory, names[-1], table, "earliest", "csv", _derived_key(digest, names[-1])))
+    described.write_text(json.dumps([{"file": Path(f.path).name, "name": name, "rows": f.rows,
+                                      "plain_bytes": f.plain_bytes, "kind": f.kind}
+                                     for f, name in zip(made, names, strict=True)]))
+    return made
 
 
 def clustered_name(i: int) -> str:
