@@ -375,11 +375,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="record py-spy flame graphs of the server")
     parser.add_argument("--from-results", metavar="PATHS",
                         help="measure nothing: write the report again from runs' results.json files (comma-separated; "
-                             "after editing bench/notes.md)")
+                             "after editing bench/notes.md); from fleet runs alone, only the report's fleet section")
     args = parser.parse_args(argv)
     if args.from_results:
-        write_report(load_results([Path(p) for p in args.from_results.split(",")]),
-                     Path(args.report or "docs/BENCHMARKS.md"))
+        loaded = load_results([Path(p) for p in args.from_results.split(",")])
+        if loaded.measurements:
+            write_report(loaded, Path(args.report or "docs/BENCHMARKS.md"))
+        else:  # fleet runs only: their section, the report's others kept
+            merge_fleet_section(loaded, Path(args.report or "docs/BENCHMARKS.md"))
         return 0
     groups = selected_groups(args.scenarios)
     extra = {k: v for k, v in (("layout", args.layout), ("target_file_size", args.target_file_size),

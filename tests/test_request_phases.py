@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from prometheus_client import REGISTRY
 
 from bench.batches import write_batch_file
 from bench.data import COLUMNS, KEY, Pools, column_names, plain_rows, system_columns, text_table
@@ -78,6 +79,7 @@ def test_write_batch_log_line_carries_its_phases(stub, tmp_path: Path, capsys: p
                       column_names(False))
     batch = write_batch_file(tmp_path, "sync", rows, "replace", "csv")
     capsys.readouterr()
+    observed = {name: _observed(name) for name in phases.PHASES}
     request = sdk.WriteBatchRequest(configuration=configuration, schema_name="phases", table=definition,
                                     file_params=sdk.FileParams(compression=sdk.Compression.Value("ZSTD"),
                                                                encryption=sdk.Encryption.Value("AES"),
@@ -99,3 +101,9 @@ def test_write_batch_log_line_carries_its_phases(stub, tmp_path: Path, capsys: p
     assert isinstance(seconds, float)
     assert sum(spent.values()) <= seconds + 1e-3  # rounded to 0.1 ms each
     assert str(line["message"]).endswith(f" in {seconds:.3f}s")
+    # the histogram took one observation per phase the line gives (other requests' may run beside it)
+    assert all(_observed(name) >= observed[name] + 1 for name in spent)
+
+
+def _observed(phase: str) -> float:
+    return REGISTRY.get_sample_value("records_destination_request_phase_seconds_count", {"phase": phase}) or 0.0

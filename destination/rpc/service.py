@@ -49,6 +49,7 @@ from destination.table_formats.sync import FollowFormats, formats_named
 from destination.table_model import DELETED
 from destination.table_store.options import StoreOptions, store_options
 from destination.table_store.store import AlreadyApplied, TableLocks, TableStore
+from destination.write import metrics
 from destination.write.batches import WRITE_BATCH, WRITE_HISTORY_BATCH, check_mode, files_format, plan_batch
 from destination.write.copies import SparkCopies
 from destination.write.migrations import migrate, migration_target
@@ -204,6 +205,8 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
                                   f"{name} {schema}.{table}: unexpected {type(exc).__name__}: {scrub(str(exc))}")
                 seconds = time.monotonic() - started
                 spent = timing.rounded()
+                for phase, phase_seconds in spent.items():
+                    metrics.REQUEST_PHASE_SECONDS.labels(phase).observe(phase_seconds)
                 logs.info(f"{label}: {detail} in {seconds:.3f}s",
                           {"seconds": round(seconds, 4), "phases": spent} if spent else None)
                 return result
