@@ -27,7 +27,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _tester(args: argparse.Namespace) -> int:
-    from destination.tester.harness import run_tester
+    from destination.tester.run import run_tester
 
     return run_tester(args.input, address=args.address, schema=args.schema_name, plain_text=args.plain_text,
                       batch_file_type=args.batch_file_type, configuration_file=args.configuration,
