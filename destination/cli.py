@@ -109,12 +109,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=_serve)
 
     tester = sub.add_parser("tester", help="drive a server with Fivetran destination-tester input files")
-    tester.add_argument("--input", required=True, help="an input .json file or a folder of them")
+    tester.add_argument("--input", required=True, help="an input .json file, or a folder of them (subfolders "
+                                                        "included; each file in an empty schema of its own)")
     tester.add_argument("--address", default="localhost:50052")
-    tester.add_argument("--schema-name", default="tester")
+    tester.add_argument("--schema-name", default="tester", help="a single file's schema; a folder's files each get "
+                                                                "<schema-name>_<run id>_<path> (default tester)")
     tester.add_argument("--plain-text", action="store_true", help="send uncompressed, unencrypted files")
     tester.add_argument("--batch-file-type", choices=("csv", "parquet"), default="csv")
-    tester.add_argument("--configuration", help="configuration.json (default: the one beside the input, if any)")
+    tester.add_argument("--configuration", help="the configuration of every input (default: the nearest "
+                                                 "configuration.json beside an input or above it in the folder)")
     tester.add_argument("--batch-dir", help="write the batch files under this directory, readable by the server's "
                                             "user (default: a private temporary directory)")
     tester.add_argument("--server-batch-dir", help="the path at which the server sees --batch-dir, e.g. its mount "
