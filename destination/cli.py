@@ -6,7 +6,7 @@ import os
 import sys
 
 from destination import logs
-from destination.errors import DestinationError
+from destination.errors import DestinationError, UserActionRequired
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -15,7 +15,11 @@ def _serve(args: argparse.Namespace) -> int:
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
     from destination.rpc.server import serve
     from destination.settings import server_options
+    from destination.storage.base import local_root_problem
 
+    problem = local_root_problem(args.root, must_exist=False)
+    if problem is not None:  # a missing directory is created; a file never becomes one
+        raise UserActionRequired(f"{problem}: name a directory (created when missing) or s3://bucket/prefix")
     logs.configure_library_logging()
     options = server_options(root=args.root, batch_file_format=args.batch_file_format, spark_master=args.spark_master,
                              metrics_port=args.metrics_port, spark_ui_port=args.spark_ui_port)
@@ -23,7 +27,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _tester(args: argparse.Namespace) -> int:
-    from destination.tester.harness import run_tester
+    from destination.tester.run import run_tester
 
     return run_tester(args.input, address=args.address, schema=args.schema_name, plain_text=args.plain_text,
                       batch_file_type=args.batch_file_type, configuration_file=args.configuration,
@@ -76,28 +80,44 @@ def _s3_options(args: argparse.Namespace) -> dict[str, str]:
     return {"s3_endpoint": args.s3_endpoint or "", "s3_region": args.s3_region or ""}
 
 
+def port_number(text: str) -> int:
+    """A TCP port, 1-65535 (the OS would take 70000 as 70000 mod 65536 and 0 as any free port)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (1-65535)") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is outside the port range 1-65535")
+    return port
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="records-destination",
                                      description="Fivetran Partner SDK v2 destination writing records directories")
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the gRPC server")
-    serve.add_argument("--port", type=int, default=50052)
+    serve.add_argument("--port", type=port_number, default=50052, help="the gRPC port, 1-65535 (default 50052)")
     serve.add_argument("--root", default="./data", help="local path or s3://bucket/prefix (default ./data)")
     serve.add_argument("--batch-file-format", choices=("csv", "parquet"), default="csv")
     serve.add_argument("--spark-master", default="local[*]", help="Spark master URL (default local[*])")
-    serve.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics and the status page on this HTTP "
-                                                        "port (default: off; 9464 is Prometheus' usual one)")
-    serve.add_argument("--spark-ui-port", type=int, help="turn Spark's own web UI on, on this port (default: off)")
+    serve.add_argument("--metrics-port", type=port_number,
+                       help="serve Prometheus /metrics and the status page on this HTTP port (default: off; 9464 is "
+                            "Prometheus' usual one)")
+    serve.add_argument("--spark-ui-port", type=port_number,
+                       help="turn Spark's own web UI on, on this port (default: off)")
     serve.set_defaults(func=_serve)
 
     tester = sub.add_parser("tester", help="drive a server with Fivetran destination-tester input files")
-    tester.add_argument("--input", required=True, help="an input .json file or a folder of them")
+    tester.add_argument("--input", required=True, help="an input .json file, or a folder of them (subfolders "
+                                                        "included; each file in an empty schema of its own)")
     tester.add_argument("--address", default="localhost:50052")
-    tester.add_argument("--schema-name", default="tester")
+    tester.add_argument("--schema-name", default="tester", help="a single file's schema; a folder's files each get "
+                                                                "<schema-name>_<run id>_<path> (default tester)")
     tester.add_argument("--plain-text", action="store_true", help="send uncompressed, unencrypted files")
     tester.add_argument("--batch-file-type", choices=("csv", "parquet"), default="csv")
-    tester.add_argument("--configuration", help="configuration.json (default: the one beside the input, if any)")
+    tester.add_argument("--configuration", help="the configuration of every input (default: the nearest "
+                                                 "configuration.json beside an input or above it in the folder)")
     tester.add_argument("--batch-dir", help="write the batch files under this directory, readable by the server's "
                                             "user (default: a private temporary directory)")
     tester.add_argument("--server-batch-dir", help="the path at which the server sees --batch-dir, e.g. its mount "

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -104,8 +105,12 @@ def test_tester_plain_text_with_a_folder_of_inputs(grpc_server, configuration, t
                            "--schema-name", "plain"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.index("== a_first.json") < done.stdout.index("== b_second.json")
-    assert sorted((x["id"], x["v"]) for x in rows_of(configuration, "plain", "a_first")) == [(1, "v1"), (2, "v2"), (3, "v3")]
-    assert sorted((x["id"], x["v"]) for x in rows_of(configuration, "plain", "b_second")) == [(7, "v7"), (8, "v8")]
+    schema = dict(re.findall(r"^PASS (\S+)\.json \(schema (plain_\d+_\S+)\)", done.stdout, re.MULTILINE))
+    assert schema.keys() == {"a_first", "b_second"}, done.stdout  # each file in a schema of its own
+    assert sorted((x["id"], x["v"]) for x in rows_of(configuration, schema["a_first"], "a_first")) == \
+        [(1, "v1"), (2, "v2"), (3, "v3")]
+    assert sorted((x["id"], x["v"]) for x in rows_of(configuration, schema["b_second"], "b_second")) == \
+        [(7, "v7"), (8, "v8")]
     work = tmp_path / "work"  # the files --plain-text sends (the command removes its own): CSV text as it is
     work.mkdir()
     harness = Harness(grpc_server, "plain_again", configuration, plain_text=True, batch_file_type="csv", workdir=work)

@@ -1,11 +1,12 @@
 """User errors on the command line get a message and an exit code, never a Python traceback."""
 from __future__ import annotations
 
-import json
 import socket
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from destination.cli import build_parser, main
 from tests.rpc_helpers import table
@@ -50,6 +51,37 @@ def test_serve_on_a_busy_port_says_so(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize("option", ["--port", "--metrics-port", "--spark-ui-port"])
+@pytest.mark.parametrize("value", ["70000", "0", "-1", "http"])
+def test_serve_refuses_a_port_outside_1_to_65535(option: str, value: str, tmp_path: Path) -> None:
+    done = run("serve", option, value, "--root", str(tmp_path / "root"))
+    assert done.returncode == 2, done
+    expected = "is outside the port range 1-65535" if value != "http" else "'http' is not a port number (1-65535)"
+    assert f"records-destination serve: error: argument {option}: " in done.stderr and expected in done.stderr, done
+    assert "Traceback" not in done.stderr and not (tmp_path / "root").exists()
+
+
+def test_serve_and_tables_refuse_a_root_that_is_a_file(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text("not a folder")
+    served = run("serve", "--root", str(readme), "--port", str(free_port()))
+    assert served.returncode == 1, served
+    assert (f"records-destination serve: the root {str(readme)!r} is a file, not a directory: name a directory "
+            "(created when missing) or s3://bucket/prefix") in served.stderr
+    listed = run("tables", "--root", str(readme))
+    assert listed.returncode == 1
+    assert f"records-destination tables: the root {str(readme)!r} is a file, not a directory" in listed.stderr, listed
+    assert "Traceback" not in served.stderr + listed.stderr and readme.read_text() == "not a folder"
+
+
+def test_a_scheme_less_s3_endpoint_is_refused_not_guessed() -> None:
+    done = run("tables", "--root", "s3://bucket/x", "--s3-endpoint", "localhost:9000")
+    assert done.returncode == 1, done
+    assert ("records-destination tables: s3_endpoint 'localhost:9000' names no scheme: write http://localhost:9000 "
+            "or https://localhost:9000") in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_tables_of_a_missing_root_exits_non_zero_without_creating_it(tmp_path: Path) -> None:
     missing = tmp_path / "no-such-root"
     done = run("tables", "--root", str(missing))
@@ -91,16 +123,4 @@ def test_tester_with_a_missing_or_broken_configuration_says_so(tmp_path: Path) -
     done = run("tester", "--input", str(source))
     assert done.returncode == 2, done
     assert f"FAIL the configuration file {str(broken)!r} is not a JSON object: Expecting property name" in done.stdout
-    assert "Traceback" not in done.stderr
-
-
-def test_tester_reports_an_input_file_that_is_not_json(grpc_server: str, tmp_path: Path) -> None:
-    source = tmp_path / "inputs"
-    source.mkdir()
-    (source / "broken.json").write_text("{")
-    (source / "configuration.json").write_text(json.dumps({"root": str(tmp_path / "root")}))
-    done = run("tester", "--input", str(source), "--address", grpc_server)
-    assert done.returncode == 1, done
-    assert "FAIL Input broken.json: cannot read the input file: Expecting property name enclosed in double quotes" \
-        in done.stdout
     assert "Traceback" not in done.stderr

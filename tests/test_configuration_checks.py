@@ -1,5 +1,5 @@
 """Configuration mistakes get a precise answer through the real server: unknown fields, mistyped S3 roots,
-invalid S3 endpoints and an https endpoint that speaks plain HTTP."""
+invalid or scheme-less S3 endpoints and an https endpoint that speaks plain HTTP."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -46,6 +46,14 @@ def test_an_invalid_s3_endpoint_is_a_task_checked_before_the_credentials(stub, e
     configuration = {"root": "s3://bucket/x", "s3_endpoint": endpoint}  # and no credentials
     expected = (f"s3_endpoint {endpoint!r} is not a valid endpoint URL: expected http://host:port or "
                 "https://host[:port]")
+    answer = create_answer(stub, configuration)
+    assert answer.WhichOneof("response") == "task" and expected in answer.task.message, answer
+    assert expected in storage_test(stub, configuration).failure
+
+
+def test_an_s3_endpoint_without_a_scheme_is_refused_not_taken_as_http(stub) -> None:  # type: ignore[no-untyped-def]
+    configuration = {"root": "s3://bucket/x", "s3_endpoint": "localhost:9000"}
+    expected = "s3_endpoint 'localhost:9000' names no scheme: write http://localhost:9000 or https://localhost:9000"
     answer = create_answer(stub, configuration)
     assert answer.WhichOneof("response") == "task" and expected in answer.task.message, answer
     assert expected in storage_test(stub, configuration).failure

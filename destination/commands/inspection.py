@@ -3,7 +3,6 @@ standard AWS environment variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY).""
 from __future__ import annotations
 
 import json
-import os
 
 import pyarrow as pa
 
@@ -12,7 +11,7 @@ from destination.changes.arcion import value_text
 from destination.changes.reader import net_between, read_range
 from destination.errors import DestinationError, UserActionRequired
 from destination.settings import s3_credentials, s3_retry_attempts
-from destination.storage.base import Storage, StorageSpec, open_storage
+from destination.storage.base import Storage, StorageSpec, local_root_problem, open_storage
 from destination.table_store.datafiles import align, read_data_file
 from destination.table_store.locations import file_dir
 from destination.table_store.store import TableStore
@@ -20,8 +19,9 @@ from destination.table_store.store import TableStore
 
 def open_root(root: str, s3: dict[str, str]) -> Storage:
     """The storage at `root`; a local root must exist (opening it for writes would create it)."""
-    if not root.startswith("s3://") and not os.path.isdir(root):
-        raise UserActionRequired(f"the root directory {root!r} does not exist")
+    problem = local_root_problem(root, must_exist=True)
+    if problem is not None:
+        raise UserActionRequired(problem)
     access_key_id, secret_access_key = s3_credentials()
     spec = StorageSpec(root=root, s3_endpoint=s3.get("s3_endpoint", ""), s3_region=s3.get("s3_region", ""),
                        access_key_id=access_key_id, secret_access_key=secret_access_key,

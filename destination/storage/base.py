@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -161,6 +162,18 @@ class _ObjectReader(io.RawIOBase):
         if not self.closed:
             self._source.close()
         super().close()
+
+
+def local_root_problem(root: str, must_exist: bool) -> str | None:
+    """Why a local root (not s3://) cannot be opened as a directory: it is a file, or (`must_exist`) missing."""
+    if "://" in root:
+        return None
+    path = Path(root).expanduser()
+    if path.exists() and not path.is_dir():
+        return f"the root {root!r} is a file, not a directory"
+    if must_exist and not path.exists():
+        return f"the root directory {root!r} does not exist"
+    return None
 
 
 def open_storage(spec: StorageSpec) -> Storage:

@@ -73,10 +73,14 @@ def _bad_endpoint(endpoint: str) -> StorageError:
 
 
 def endpoint_url(endpoint: str) -> str | None:
-    """The endpoint as a URL (http:// when it names no scheme), None for AWS; checked before any credential is used."""
+    """The endpoint as a URL, None for AWS; checked before any credential is used. One without a scheme is refused
+    rather than guessed: whether the store speaks http or https is the user's to say."""
     if not endpoint:
         return None
-    url = endpoint if "://" in endpoint else "http://" + endpoint
+    if "://" not in endpoint:
+        raise StorageError(f"s3_endpoint {endpoint!r} names no scheme: write http://{endpoint} or "
+                           f"https://{endpoint}")
+    url = endpoint
     parsed = urlparse(url)
     try:
         _ = parsed.port  # raises on a port that is not a number in range

@@ -1,6 +1,6 @@
 """Drive a destination server with Fivetran destination-tester input files, as the real tester does.
 
-Per input file (alphabetical in a folder): CreateTable per table → AlterTable per table →
+Per input file (destination.tester.inputs says which, in which schema): CreateTable per table → AlterTable per table →
 ops → schema_migration → DescribeTable (fivetran-protocol §1.2). Ops are grouped: all
 rows per table and kind go into one write (replace / update+soft_delete / delete files).
 Choice noted in the README: pending writes are sent before each truncate, so a truncate
@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from destination.protocol import common, sdk, sdk_grpc
 from destination.table_model import ACTIVE, DELETED, END, FIVETRAN_ID, START, SYNCED
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING, csv_bytes, parquet_bytes, seal
+from destination.tester.inputs import configuration_warnings
 from destination.tester.progress import CallProgress
 from destination.tester.values import TMAX, instant, minus_one_ms, parse_instant, text_of
 
@@ -121,6 +121,7 @@ class Harness:
         self.tables: dict[str, TesterTable] = {}
         self.calls = 0
         self.failures = 0
+        self.warnings = 0
         self.last_ms = 0
         self.rng = random.Random(7)
         self.stem = "input"
@@ -162,22 +163,42 @@ class Harness:
 
     # ---- protocol steps ---------------------------------------------------------------------
 
-    def setup(self) -> None:
+    def setup(self, configurations: dict[str, dict[str, str]] | None = None) -> None:
+        """ConfigurationForm, then its tests for each configuration (named by its file; default: the harness's),
+        warning about each configuration key the form does not know; then Capabilities."""
         form = self.stub.ConfigurationForm(common.ConfigurationFormRequest(), timeout=60)
         self.report("ConfigurationForm", "-", f"{len(form.fields)} fields, {len(form.tests)} tests", True)
-        for test in form.tests:
-            response = self.stub.Test(common.TestRequest(name=test.name, configuration=self.configuration), timeout=600)
-            ok = response.WhichOneof("response") == "success"
-            self.report("Test", test.name, "success" if ok else f"failure: {response.failure}", ok)
+        fields = [f.name for f in form.fields]
+        for source, configuration in (configurations or {"configuration": self.configuration}).items():
+            for warning in configuration_warnings(source, configuration, fields):
+                self.warnings += 1
+                print(f"WARN {warning}", flush=True)
+            for test in form.tests:
+                response = self.stub.Test(common.TestRequest(name=test.name, configuration=configuration),
+                                          timeout=600)
+                ok = response.WhichOneof("response") == "success"
+                target = test.name if configurations is None else f"{test.name} ({source})"
+                self.report("Test", target, "success" if ok else f"failure: {response.failure}", ok)
         try:
             caps = self.stub.Capabilities(sdk.CapabilitiesRequest(), timeout=60)
             self.report("Capabilities", "-", sdk.BatchFileFormat.Name(caps.batch_file_format), True)
         except grpc.RpcError as exc:
             self.report("Capabilities", "-", f"gRPC {exc.code().name}", exc.code() == grpc.StatusCode.UNIMPLEMENTED)
 
+    def start_file(self, schema: str, configuration: dict[str, str]) -> None:
+        """The next file runs against `schema` with `configuration`, knowing no tables yet (an empty schema)."""
+        self.schema = schema
+        self.configuration = configuration
+        self.tables = {}
+        if self.progress is not None:
+            self.progress.schema = schema
+
     def run_file(self, path: Path) -> None:
-        data = json.loads(path.read_text())
-        self.stem = path.stem
+        self.run_input(json.loads(path.read_text()), path.stem)
+
+    def run_input(self, data: dict[str, Any], stem: str) -> None:
+        """One input file's calls, in the tester's order; `stem` names its batch files."""
+        self.stem = stem
         for name, spec in (data.get("create_table") or {}).items():
             self.tables[name] = table_from_input(name, spec)
             self._answer("CreateTable", name, self.stub.CreateTable, sdk.CreateTableRequest(
@@ -354,63 +375,6 @@ class Harness:
             self._answer("Migrate", f"{spec.get('table') or spec.get('from_table')} ({op_name})", self.stub.Migrate, request)
         else:
             self.report("Migrate", op_name, "unknown schema_migration operation in the input", False)
-
-
-class TesterInputError(Exception):
-    """An input or configuration file the tester cannot use (the message says which and why)."""
-
-
-def run_tester(input_path: str, *, address: str, schema: str, plain_text: bool, batch_file_type: str,
-               configuration_file: str | None = None, batch_dir: str | None = None,
-               server_batch_dir: str | None = None, connect_timeout: float = 10.0, status_url: str | None = None) -> int:
-    try:
-        files = input_files(Path(input_path))
-        configuration = read_configuration(Path(input_path), configuration_file)
-    except TesterInputError as exc:
-        print(f"FAIL {exc}")
-        return 2
-    with batch_workdir(batch_dir) as workdir:
-        paths = batch_path_map(workdir, batch_dir, server_batch_dir)
-        progress = CallProgress(sys.stdout, sys.stdout.isatty(), status_url, schema)
-        harness = Harness(address, schema, configuration, plain_text, batch_file_type, workdir, paths, progress)
-        try:
-            grpc.channel_ready_future(harness.channel).result(timeout=connect_timeout)
-        except grpc.FutureTimeoutError:
-            print(f"FAIL cannot reach the destination at {address} within {connect_timeout:g} s "
-                  "(is the server running? --connect-timeout waits longer)")
-            return 2
-        harness.setup()
-        for f in files:
-            print(f"== {f.name}")
-            try:
-                harness.run_file(f)
-            except (OSError, json.JSONDecodeError) as exc:
-                harness.report("Input", f.name, f"cannot read the input file: {exc}", False)
-    print(f"summary: {harness.calls} calls, {harness.calls - harness.failures} succeeded, {harness.failures} failed")
-    return 1 if harness.failures else 0
-
-
-def input_files(source: Path) -> list[Path]:
-    """The input file, or a folder's .json files but configuration.json, in name order."""
-    if not source.exists():
-        raise TesterInputError(f"the input {str(source)!r} does not exist")
-    if source.is_dir():
-        return sorted(p for p in source.glob("*.json") if p.name != "configuration.json")
-    return [source]
-
-
-def read_configuration(source: Path, configuration_file: str | None) -> dict[str, str]:
-    """--configuration, else the configuration.json beside the input (if any), else none."""
-    folder = source if source.is_dir() else source.parent
-    path = Path(configuration_file) if configuration_file else folder / "configuration.json"
-    if not path.is_file():
-        if configuration_file:
-            raise TesterInputError(f"the configuration file {configuration_file!r} does not exist")
-        return {}
-    try:
-        return dict(json.loads(path.read_text()))
-    except (json.JSONDecodeError, TypeError, ValueError) as exc:
-        raise TesterInputError(f"the configuration file {str(path)!r} is not a JSON object: {exc}") from None
 
 
 @contextmanager

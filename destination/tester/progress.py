@@ -39,7 +39,7 @@ class CallProgress:
         self._out = out
         self._interactive = interactive
         self._status_url = status_url.rstrip("/") if status_url else None
-        self._schema = schema
+        self.schema = schema
         self._poll = poll_seconds
 
     @contextmanager
@@ -81,5 +81,5 @@ class CallProgress:
                 running = json.loads(response.read())["running"]
         except (OSError, ValueError, KeyError):  # the page is optional: show the elapsed time only
             return None
-        name = f"{self._schema}.{target.split(' (', 1)[0]}"  # targets read "table (11 rows)"
+        name = f"{self.schema}.{target.split(' (', 1)[0]}"  # targets read "table (11 rows)"
         return next((p for p in running if p.get("rpc") == rpc and p.get("table") == name), None)
