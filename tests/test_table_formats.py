@@ -6,16 +6,19 @@ commit and the formats' commits is caught up by the next write; retention in the
 the formats reference; `records-destination formats --rebuild` writes the metadata anew."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from destination.changes import cdf
 from destination.changes.reader import read_version
 from destination.cli import main as cli_main
 from destination.storage.base import Storage, open_storage
+from destination.table_formats.iceberg import NAME_MAPPING
 from destination.table_formats.sync import FollowFormats, formats_named
 from destination.table_model import DESTINATION_META, TableDef
 from destination.table_store import layout
@@ -55,8 +58,24 @@ def columns_in(table: TableDef, fmt: str) -> list[str]:
     return [c.name for c in table.columns if not (fmt == "delta" and c.type in NOT_IN_DELTA)] + [DESTINATION_META]
 
 
+def check_field_ids(storage: Storage, version: TableVersion) -> None:
+    """Every live data file carries, for each of its columns, the field id the latest Iceberg schema (read as JSON)
+    gives that column (or, for a column Iceberg leaves out, the name mapping): a reader mapping by id reads the
+    right column."""
+    metadata = json.loads(storage.read_bytes(f"{version.prefix}/metadata/v{version.version}.metadata.json"))
+    schema = next(s for s in metadata["schemas"] if s["schema-id"] == metadata["current-schema-id"])
+    expected = {f["name"]: f["id"] for f in schema["fields"]}
+    mapped = {m["names"][0]: m["field-id"] for m in json.loads(metadata["properties"][NAME_MAPPING])}
+    for f in version.files:
+        with storage.open_input(f"{file_dir(version.directory, f)}/{f.name}") as source:
+            file_schema = pq.read_schema(source)
+        got = {field.name: int((field.metadata or {}).get(b"PARQUET:field_id", -1)) for field in file_schema}
+        assert got == {name: expected.get(name, mapped.get(name)) for name in got}, f"{version.table.name}/{f.name}"
+
+
 def check_every_reader(storage: Storage, version: TableVersion) -> None:
     url = storage.url(version.prefix)
+    check_field_ids(storage, version)
     stored = records_rows(storage, version)
     for fmt, readers in (("delta", DELTA_READERS), ("iceberg", ICEBERG_READERS)):
         columns = columns_in(version.table, fmt)

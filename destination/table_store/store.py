@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Protocol
 
-from destination import logs
+from destination import field_ids, logs
 from destination.changes.metadata import ChangeParts, ChangeSet
 from destination.errors import CommitConflict, StorageError, UserActionRequired, WriteAbandoned
 from destination.storage.base import Storage, StorageSpec
@@ -552,7 +552,7 @@ class TableStore:
         s.write_bytes(f"{directory}/{records.FILES_JSON}", records.dumps({"files": [f.to_json() for f in files]}))
         recent = (*(base.recent_batches if base else ()), *((batch_id,) if batch_id else ()))[-RECENT_BATCHES:]
         s.write_bytes(f"{directory}/{records.TABLE_JSON}", records.dumps({
-            "schema": schema, "table": pending.table.to_json(), "version": target,
+            "schema": schema, "table": field_ids.assign(pending.table).to_json(), "version": target,
             "committed_at": committed_at, "recent_batches": list(recent), "change_totals": totals}))
         s.write_bytes(f"{directory}/{records.MANIFEST}", records.dumps(
             records.manifest_json([(s.url(file_path(directory, f)), f.bytes) for f in files])))
