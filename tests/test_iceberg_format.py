@@ -196,8 +196,12 @@ def test_every_fivetran_type_reads_back(storage: Storage) -> None:
     lake.commit(1, narrow, [lake.write(1, narrow, {k: v for k, v in values.items() if k != "wide"})])
     table = static_table(lake)
     assert {f.name: str(f.field_type) for f in table.schema().fields if f.name in ("sh", "nt", "udt", "d")} == {
-        "sh": "int", "d": "decimal(38, 10)", "udt": "timestamptz", "nt": "time"}
-    names = [*narrow.column_names, DESTINATION_META]
+        "sh": "int", "d": "decimal(38, 10)", "udt": "timestamptz"}
+    # NAIVE_TIME: left out (Spark refuses a table with a `time` field, and no other type reads its bytes), named in
+    # the properties and the table comment, its id kept in the name mapping
+    assert list(json.loads(table.metadata.properties[LEFT_OUT])) == ["nt"]
+    assert "nt NAIVE_TIME" in table.metadata.properties["comment"]
+    names = [c for c in [*narrow.column_names, DESTINATION_META] if c != "nt"]
     expected = lake.expected(1, names)
     for reader, rows in read_all(lake, duck(lake)).items():
         assert rows == expected, reader  # SHORT comes back as a 32-bit int, UTC_DATETIME with its zone
@@ -208,7 +212,7 @@ def test_every_fivetran_type_reads_back(storage: Storage) -> None:
     lake.commit(1, table_def, [lake.write(1, table_def, values)])
     table = static_table(lake)
     assert "wide" not in {f.name for f in table.schema().fields}
-    assert list(json.loads(table.metadata.properties[LEFT_OUT])) == ["wide"]
+    assert list(json.loads(table.metadata.properties[LEFT_OUT])) == ["wide", "nt"]
     expected = lake.expected(1, names)
     assert duck_rows(lake, duck(lake)) == expected
     assert _sorted(scan_polars(lake, table).collect().to_arrow().to_pylist()) == expected

@@ -41,7 +41,8 @@ K is retained) reads it with its values.
 | NAIVE_DATE      | date32                | date               |                                                |
 | NAIVE_DATETIME  | timestamp[us]         | timestamp          |                                                |
 | UTC_DATETIME    | timestamp[us, UTC]    | timestamptz        |                                                |
-| NAIVE_TIME      | time64[us]            | time               |                                                |
+| NAIVE_TIME      | time64[us]            | (left out)         | Spark refuses a table with a `time` field, and |
+|                 |                       |                    | no other type reads TIME(MICROS) bytes (README)|
 | BINARY          | binary                | binary             |                                                |
 | STRING/JSON/XML | string                | string             | the Fivetran type is in the field's `doc`      |
 | (internal)      | `_destination_meta`   | string             | the destination's per-row metadata             |
@@ -98,7 +99,6 @@ from pyiceberg.types import (
     StringType,
     TimestampType,
     TimestamptzType,
-    TimeType,
 )
 
 from destination import field_ids, logs
@@ -114,23 +114,34 @@ RECORDS_VERSION = "records-version"  # snapshot summary: the records version the
 NAME_MAPPING = "schema.name-mapping.default"
 PRIMARY_KEY = "fivetran.primary-key"
 LEFT_OUT = "fivetran.columns-left-out"
+COMMENT = "comment"
 MAX_ICEBERG_DECIMAL = 38
 _AVRO_CODEC: Final = "deflate"
 _LEFT_OUT_ID = -1  # the statistics' stand-in id of a Parquet column the Iceberg schema leaves out
 _SIMPLE_TYPES: dict[str, IcebergType] = {
     "BOOLEAN": BooleanType(), "SHORT": IntegerType(), "INT": IntegerType(), "LONG": LongType(),
     "FLOAT": FloatType(), "DOUBLE": DoubleType(), "NAIVE_DATE": DateType(), "NAIVE_DATETIME": TimestampType(),
-    "UTC_DATETIME": TimestamptzType(), "NAIVE_TIME": TimeType(), "BINARY": BinaryType(), "STRING": StringType(),
+    "UTC_DATETIME": TimestamptzType(), "BINARY": BinaryType(), "STRING": StringType(),
     "JSON": StringType(), "XML": StringType(),
 }
 
 
 def iceberg_type(col: ColumnDef) -> IcebergType | None:
-    """The column's Iceberg type; None: Iceberg has none (a decimal of more than 38 digits)."""
+    """The column's Iceberg type; None: none that the readers accept over its Parquet bytes (a decimal of more than
+    38 digits; a time of day, module doc "Types")."""
     if col.type == "DECIMAL":
         precision, scale = decimal_storage(col)
         return DecimalType(precision, scale) if precision <= MAX_ICEBERG_DECIMAL else None
-    return _SIMPLE_TYPES[col.type]
+    return _SIMPLE_TYPES.get(col.type)
+
+
+def left_out_comment(table: TableDef) -> str | None:
+    """The table's `comment` (what Spark's DESCRIBE shows) naming the columns left out of the schema; None: none."""
+    left_out = [f"{c.name} {c.ddl()}" for c in table.columns if iceberg_type(c) is None]
+    if not left_out:
+        return None
+    return ("Columns not in this Iceberg schema (no Iceberg type every reader accepts over their Parquet bytes; "
+            f"read them from the records directories): {', '.join(left_out)}")
 
 
 def file_io_properties(spec: StorageSpec) -> dict[str, str]:
@@ -311,6 +322,10 @@ class _Commit:
             PRIMARY_KEY: json.dumps([c.name for c in self.version.table.columns if c.primary_key]),
             LEFT_OUT: json.dumps(plan.left_out),
         }
+        properties.pop(COMMENT, None)
+        comment = left_out_comment(self.version.table)
+        if comment is not None:
+            properties[COMMENT] = comment
         metadata_log = [e for e in (prev.metadata_log if prev else [])
                         if _version_of_metadata_file(e.metadata_file) >= self.oldest_retained]
         if prev and parent is not None and _records_version(parent) >= self.oldest_retained:
