@@ -130,6 +130,16 @@ def stub(grpc_server: str):  # type: ignore[no-untyped-def]
     return sdk_grpc.DestinationConnectorStub(channel)
 
 
+@pytest.fixture(scope="session")
+def iceberg_java():  # type: ignore[no-untyped-def]
+    """Iceberg's Java library in Spark 3.5 (tests/iceberg_spark.py): its environment made once, then the reader.
+    A setup that fails fails the test with its reason (never a skip)."""
+    from tests import iceberg_spark
+
+    iceberg_spark.ensure_environment()
+    return iceberg_spark.read_tables
+
+
 SERVER_FIXTURES = ("stub", "grpc_server", "grpc_endpoint", "server_process")  # a server called over a socket
 
 
@@ -140,7 +150,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         names = getattr(item, "fixturenames", ())
         params = getattr(getattr(item, "callspec", None), "params", {})
-        spark = "spark" in names or "server_process" in names  # server_process: a `serve` subprocess, Spark inside
+        # server_process: a `serve` subprocess, Spark inside; iceberg_java: Spark 3.5 with Iceberg's Java library
+        spark = "spark" in names or "server_process" in names or "iceberg_java" in names
         s3 = "s3_server" in names or params.get("configuration") == "s3"
         if spark:
             item.add_marker(pytest.mark.spark)
