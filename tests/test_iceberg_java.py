@@ -20,7 +20,7 @@ from tests.conftest import spec_of
 from tests.lake_readers import rows
 from tests.test_conformance import ALL_INPUTS
 from tests.test_iceberg_format import BASE, KEYED, WITH_NOTE, Lake, _rows, assign
-from tests.test_table_formats import columns_in, records_rows
+from tests.test_table_formats import check_field_ids, columns_in, records_rows
 
 Reader = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
 
@@ -29,10 +29,11 @@ def metadata_path(root: Path, prefix: str, version: int) -> str:
     return str(root / prefix / "metadata" / f"v{version}.metadata.json")
 
 
-def test_every_tester_table_reads_back_in_spark_with_iceberg_java(grpc_server, iceberg_java: Reader,  # type: ignore[no-untyped-def]
-                                                                  tmp_path: Path) -> None:
-    """Each public tester input into a root of its own; then one Spark session reads every table's latest snapshot
-    and the one before it, compared with the records versions (read by pyarrow). A NAIVE_TIME column is not in the
+def test_every_tester_table_reads_back_in_spark_with_iceberg_java(grpc_server, through_spark_tasks,  # type: ignore[no-untyped-def]
+                                                                  iceberg_java: Reader, tmp_path: Path) -> None:
+    """Each public tester input into a root of its own, its files written in Spark tasks, every data file carrying
+    the field ids of the Iceberg schema; then one Spark session reads every table's latest snapshot and the one
+    before it, compared with the records versions (read by pyarrow). A NAIVE_TIME column is not in the
     Iceberg schema (Spark refuses a `time` field; README's type table): the table comment names it."""
     checks: list[tuple[str, Storage, TableVersion, dict[str, Any]]] = []
     for index, path in enumerate(ALL_INPUTS):
@@ -47,6 +48,7 @@ def test_every_tester_table_reads_back_in_spark_with_iceberg_java(grpc_server, i
         for name in store.list_tables("tester"):
             latest = store.load("tester", name)
             assert latest is not None
+            check_field_ids(storage, latest)
             label = f"{path.parent.name}/{path.name} {name}"
             location = metadata_path(root, latest.prefix, latest.version)
             checks.append((label, storage, latest, {"path": location}))
