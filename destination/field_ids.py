@@ -8,17 +8,23 @@ was committed in (kept in `_table.json`); `assign` completes them for the defini
 id while its name stays and its type is the same or one Iceberg promotes it to (int → long, float → double, a
 decimal widened at the same scale); a new column, a renamed one, or a type Iceberg cannot promote to (STRING → INT)
 gets the next id after the highest ever given (`last_field_id`), in column order, `_destination_meta` last. A
-definition without ids (a new table, or one committed before ids were kept) numbers its columns 1, 2, … in order.
+new table numbers its columns 1, 2, … in order. A table committed before ids were kept takes them, when loaded, from
+its latest Iceberg metadata (`from_iceberg`), so the ids its snapshots and name mapping hold stay the same.
 """
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import pyarrow as pa
 
 from destination.table_model import DESTINATION_META, ColumnDef, TableDef
 from destination.type_mapping import arrow_schema, decimal_storage
 
+ICEBERG_HINT = "metadata/version-hint.text"  # the Iceberg writer's layout (destination/table_formats/iceberg.py)
+ICEBERG_LEFT_OUT = "fivetran.columns-left-out"
 PARQUET_FIELD_ID = b"PARQUET:field_id"  # the Arrow field metadata pyarrow writes as the Parquet field_id
 _INTEGERS = {"SHORT": "int", "INT": "int", "LONG": "long"}
 _PROMOTIONS = {("int", "long"), ("float", "double")}
@@ -74,3 +80,25 @@ def data_file_schema(table: TableDef) -> pa.Schema:
     ids = field_ids(table)
     schema = arrow_schema(table.columns)
     return pa.schema([f.with_metadata({PARQUET_FIELD_ID: str(ids[f.name]).encode()}) for f in schema])
+
+
+def from_iceberg(table: TableDef, metadata: dict[str, Any]) -> TableDef:
+    """`table` (committed before ids were kept) with the ids its Iceberg metadata `metadata` (the parsed JSON of the
+    latest metadata file) gives its columns: the current schema's fields and the columns left out of it (in the
+    name mapping), by name; `last_field_id` the metadata's `last-column-id`."""
+    schema: dict[str, Any] = next((s for s in metadata.get("schemas", [])
+                                   if s.get("schema-id") == metadata.get("current-schema-id")), {"fields": []})
+    ids = {f["name"]: int(f["id"]) for f in schema.get("fields", [])}
+    ids.update({str(k): int(v) for k, v in json.loads(metadata.get("properties", {}).get(ICEBERG_LEFT_OUT, "{}")).items()})
+    given = tuple((c.name, ids[c.name], id_type(c)) for c in _all_columns(table) if c.name in ids)
+    return replace(table, field_ids=given, last_field_id=max([int(metadata.get("last-column-id", 0)), *ids.values()]))
+
+
+def latest_iceberg_metadata(read_bytes: Callable[[str], bytes], prefix: str) -> dict[str, Any] | None:
+    """The latest Iceberg metadata of the table at `prefix` (None: none, or unreadable), `read_bytes` the storage's."""
+    try:
+        number = read_bytes(f"{prefix}/{ICEBERG_HINT}").decode("utf-8").strip()
+        found: dict[str, Any] = json.loads(read_bytes(f"{prefix}/metadata/v{int(number)}.metadata.json"))
+    except (OSError, ValueError):
+        return None
+    return found

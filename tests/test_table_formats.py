@@ -17,15 +17,15 @@ import pytest
 from destination.changes import cdf
 from destination.changes.reader import read_version
 from destination.cli import main as cli_main
-from destination.storage.base import Storage, open_storage
+from destination.storage.base import Storage, StorageSpec, open_storage
 from destination.table_formats.iceberg import NAME_MAPPING
 from destination.table_formats.sync import FollowFormats, formats_named
-from destination.table_model import DESTINATION_META, TableDef
-from destination.table_store import layout
-from destination.table_store.datafiles import align, read_data_file
+from destination.table_model import DESTINATION_META, ColumnDef, TableDef
+from destination.table_store import layout, records
+from destination.table_store.datafiles import align, read_data_file, write_data_file
 from destination.table_store.locations import file_dir
 from destination.table_store.options import COMPLETE, TABLE_FORMATS
-from destination.table_store.store import Retention, TableStore, TableVersion
+from destination.table_store.store import PendingVersion, Retention, TableStore, TableVersion, VersionTarget
 from destination.tester.harness import Harness
 from tests.conftest import spec_of
 from tests.lake_readers import (
@@ -229,3 +229,47 @@ def test_change_data_is_written_for_delta_only_and_retired_with_its_versions(stu
         assert kept and kept[0] >= latest.version - 1, kept  # the retired versions' change data is gone
         assert len(delta_table(storage.spec, storage.url(latest.prefix)).load_cdf(
             starting_version=latest.version, ending_version=latest.version).read_all()) == 3  # update pair + insert
+
+
+def test_a_table_committed_before_field_ids_keeps_its_iceberg_ids(tmp_path: Path) -> None:
+    """A table whose `_table.json` has no field ids (committed before they were kept) and whose Iceberg ids differ
+    from its column order (a column added): its next version's files carry the ids its Iceberg metadata gave, and
+    the schema keeps them (renumbering would make the name mapping read old snapshots' columns as other ones)."""
+    storage = open_storage(StorageSpec(root=str(tmp_path / "root")))
+    store = lake_store(storage)
+    base = TableDef("legacy", (ColumnDef("id", "INT", True), ColumnDef("v", "STRING")))
+
+    def add_rows(first: int, note: bool = False):  # type: ignore[no-untyped-def]
+        def produce(current: TableVersion | None, target: VersionTarget) -> PendingVersion:
+            table = current.table if current else base
+            if note and table.column("note") is None:
+                table = table.with_columns([*table.columns, ColumnDef("note", "STRING")])
+            data = {"id": pa.array(range(first, first + 2), pa.int32()), "v": ["a", "b"], "note": ["n", None],
+                    DESTINATION_META: ["m", "m"]}
+            rows = pa.table({name: data[name] for name in [*table.column_names, DESTINATION_META]})
+            new = write_data_file(storage, target.directory, layout.data_file_name(None), rows, table, None)
+            return PendingVersion(table, [new], list(current.files) if current else [], {"kind": "test"})
+        return produce
+
+    store.write(SCHEMA, "legacy", add_rows(0))
+    second = store.write(SCHEMA, "legacy", add_rows(2, note=True))
+    assert second is not None
+    before = iceberg_ids(storage, second)
+    assert before == {"id": 1, "v": 2, DESTINATION_META: 3, "note": 4}
+    table_json = f"{second.directory}/{records.TABLE_JSON}"
+    meta = json.loads(storage.read_bytes(table_json))
+    del meta["table"]["field_ids"], meta["table"]["last_field_id"]  # as committed before ids were kept
+    storage.write_bytes(table_json, json.dumps(meta).encode())
+
+    third = store.write(SCHEMA, "legacy", add_rows(4, note=True))
+    assert third is not None
+    assert iceberg_ids(storage, third) == before
+    check_field_ids(storage, third)
+    assert rows(iceberg_pyiceberg(storage.spec, storage.url(third.prefix)), ["id", "v", "note"]) == \
+        rows(records_rows(storage, third), ["id", "v", "note"])
+
+
+def iceberg_ids(storage: Storage, version: TableVersion) -> dict[str, int]:
+    metadata = json.loads(storage.read_bytes(f"{version.prefix}/metadata/v{version.version}.metadata.json"))
+    schema = next(s for s in metadata["schemas"] if s["schema-id"] == metadata["current-schema-id"])
+    return {f["name"]: f["id"] for f in schema["fields"]}
