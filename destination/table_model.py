@@ -5,7 +5,7 @@ stored in `_table.json` and shipped to Spark tasks.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 SYNCED = "_fivetran_synced"
@@ -67,6 +67,11 @@ class TableDef:
     # write: destination/write/write_path.py `_place_in_ranges`)
     placement: str = "key-ranges"
     bucket_count: int = 16  # HASH_BUCKETS only
+    # the columns' field ids as of the version this definition was committed in (destination/field_ids.py):
+    # (name, id, the type the id was given for); kept in `_table.json`, not part of the comparison (a requested
+    # definition has none). `last_field_id`: the highest id ever given in the table (ids are never reused)
+    field_ids: tuple[tuple[str, int, str], ...] = field(default=(), compare=False)
+    last_field_id: int = field(default=0, compare=False)
 
     @property
     def column_names(self) -> list[str]:
@@ -105,12 +110,17 @@ class TableDef:
                                "placement": self.placement}
         if self.placement == HASH_BUCKETS:
             out["bucket_count"] = self.bucket_count
+        if self.field_ids:
+            out["field_ids"] = [list(entry) for entry in self.field_ids]
+            out["last_field_id"] = self.last_field_id
         return out
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> TableDef:
         return TableDef(name=data["name"], columns=tuple(ColumnDef.from_json(c) for c in data["columns"]),
-                        placement=str(data.get("placement", HASH_BUCKETS)), bucket_count=int(data.get("bucket_count", 16)))
+                        placement=str(data.get("placement", HASH_BUCKETS)), bucket_count=int(data.get("bucket_count", 16)),
+                        field_ids=tuple((str(n), int(i), str(t)) for n, i, t in data.get("field_ids", ())),
+                        last_field_id=int(data.get("last_field_id", 0)))
 
     @property
     def in_key_ranges(self) -> bool:

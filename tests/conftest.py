@@ -131,6 +131,16 @@ def stub(grpc_server: str):  # type: ignore[no-untyped-def]
     return sdk_grpc.DestinationConnectorStub(channel)
 
 
+@pytest.fixture(scope="session")
+def iceberg_java():  # type: ignore[no-untyped-def]
+    """Iceberg's Java library in Spark 3.5 (tests/iceberg_spark.py): its environment made once, then the reader.
+    A setup that fails fails the test with its reason (never a skip)."""
+    from tests import iceberg_spark
+
+    iceberg_spark.ensure_environment()
+    return iceberg_spark.read_tables
+
+
 SERVER_FIXTURES = ("stub", "grpc_server", "grpc_endpoint")  # a server called over a socket (in this process)
 
 
@@ -145,7 +155,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         serve = item.get_closest_marker("serve") is not None
         if serve:
             serverproc.SERVE_MARKED.add(item.nodeid)
-        spark = "spark" in names or serve
+        spark = "spark" in names or "iceberg_java" in names or serve  # iceberg_java: Spark 3.5 with Iceberg's Java library
         s3 = "s3_server" in names or params.get("configuration") == "s3"
         if spark:
             item.add_marker(pytest.mark.spark)

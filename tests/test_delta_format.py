@@ -194,6 +194,8 @@ def test_every_fivetran_type_reads_back_with_its_values_in_every_reader(storage:
     assert fields["dec"].metadata == {"fivetran.type": "DECIMAL(38,10)", "fivetran.primary_key": False}
     assert fields["id"].metadata["fivetran.primary_key"] is True
     assert "clock" not in fields and "dec_wide" not in fields
+    assert table.metadata().description is not None  # the absence is told to a reader of the table, too
+    assert "dec_wide DECIMAL(60,5), clock NAIVE_TIME" in table.metadata().description
 
     again = lake(2, ALL_TYPES, [*version.files, data_file(storage, 2, ALL_TYPES, rows.slice(0, 0))])
     DELTA.commit(storage, PREFIX, again, oldest_retained=1)

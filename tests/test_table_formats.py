@@ -6,23 +6,26 @@ commit and the formats' commits is caught up by the next write; retention in the
 the formats reference; `records-destination formats --rebuild` writes the metadata anew."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from destination.changes import cdf
 from destination.changes.reader import read_version
 from destination.cli import main as cli_main
-from destination.storage.base import Storage, open_storage
+from destination.storage.base import Storage, StorageSpec, open_storage
+from destination.table_formats.iceberg import NAME_MAPPING
 from destination.table_formats.sync import FollowFormats, formats_named
-from destination.table_model import DESTINATION_META, TableDef
-from destination.table_store import layout
-from destination.table_store.datafiles import align, read_data_file
+from destination.table_model import DESTINATION_META, ColumnDef, TableDef
+from destination.table_store import layout, records
+from destination.table_store.datafiles import align, read_data_file, write_data_file
 from destination.table_store.locations import file_dir
 from destination.table_store.options import COMPLETE, TABLE_FORMATS
-from destination.table_store.store import Retention, TableStore, TableVersion
+from destination.table_store.store import PendingVersion, Retention, TableStore, TableVersion, VersionTarget
 from destination.tester.harness import Harness
 from tests.conftest import spec_of
 from tests.lake_readers import (
@@ -41,7 +44,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:Iceberg scan planning with the p
 
 TESTER_INPUTS = [INPUTS / "clickhouse" / "input_all_data_types.json", INPUTS / "clickhouse" / "input_history_mode.json",
                  INPUTS / "clickhouse" / "schema_migrations_input_ddl.json", INPUTS / "fivetran_partner_sdk" / "input.json"]
-NOT_IN_DELTA = ("NAIVE_TIME",)  # Delta has no time of day (README "Querying a table at its fixed address")
+NOT_IN_FORMATS = ("NAIVE_TIME",)  # in neither format (README "Querying a table at its fixed address")
 
 
 def records_rows(storage: Storage, version: TableVersion) -> pa.Table:
@@ -52,11 +55,27 @@ def records_rows(storage: Storage, version: TableVersion) -> pa.Table:
 
 def columns_in(table: TableDef, fmt: str) -> list[str]:
     """The columns a format's schema carries (decimals above 38 digits are in neither; none in the inputs)."""
-    return [c.name for c in table.columns if not (fmt == "delta" and c.type in NOT_IN_DELTA)] + [DESTINATION_META]
+    return [c.name for c in table.columns if c.type not in NOT_IN_FORMATS] + [DESTINATION_META]
+
+
+def check_field_ids(storage: Storage, version: TableVersion) -> None:
+    """Every live data file carries, for each of its columns, the field id the latest Iceberg schema (read as JSON)
+    gives that column (or, for a column Iceberg leaves out, the name mapping): a reader mapping by id reads the
+    right column."""
+    metadata = json.loads(storage.read_bytes(f"{version.prefix}/metadata/v{version.version}.metadata.json"))
+    schema = next(s for s in metadata["schemas"] if s["schema-id"] == metadata["current-schema-id"])
+    expected = {f["name"]: f["id"] for f in schema["fields"]}
+    mapped = {m["names"][0]: m["field-id"] for m in json.loads(metadata["properties"][NAME_MAPPING])}
+    for f in version.files:
+        with storage.open_input(f"{file_dir(version.directory, f)}/{f.name}") as source:
+            file_schema = pq.read_schema(source)
+        got = {field.name: int((field.metadata or {}).get(b"PARQUET:field_id", -1)) for field in file_schema}
+        assert got == {name: expected.get(name, mapped.get(name)) for name in got}, f"{version.table.name}/{f.name}"
 
 
 def check_every_reader(storage: Storage, version: TableVersion) -> None:
     url = storage.url(version.prefix)
+    check_field_ids(storage, version)
     stored = records_rows(storage, version)
     for fmt, readers in (("delta", DELTA_READERS), ("iceberg", ICEBERG_READERS)):
         columns = columns_in(version.table, fmt)
@@ -105,7 +124,7 @@ def check_time_travel_and_change_feed(storage: Storage, store: TableStore, lates
         feed = pa.table(delta_table(storage.spec, url).load_cdf(starting_version=n, ending_version=n).read_all())
         expected = cdf.change_rows(changes.events, n, 0)
         # delta-rs reads a change data file with the latest schema: a column whose type changed since is cast
-        unchanged = [c.name for c in old.table.columns if c.type not in NOT_IN_DELTA and c in latest.table.columns]
+        unchanged = [c.name for c in old.table.columns if c.type not in NOT_IN_FORMATS and c in latest.table.columns]
         columns = [*unchanged, cdf.CHANGE_TYPE]
         assert rows(feed, columns) == rows(expected, columns), f"change feed of version {n}"
         compared += feed.num_rows
@@ -210,3 +229,47 @@ def test_change_data_is_written_for_delta_only_and_retired_with_its_versions(stu
         assert kept and kept[0] >= latest.version - 1, kept  # the retired versions' change data is gone
         assert len(delta_table(storage.spec, storage.url(latest.prefix)).load_cdf(
             starting_version=latest.version, ending_version=latest.version).read_all()) == 3  # update pair + insert
+
+
+def test_a_table_committed_before_field_ids_keeps_its_iceberg_ids(tmp_path: Path) -> None:
+    """A table whose `_table.json` has no field ids (committed before they were kept) and whose Iceberg ids differ
+    from its column order (a column added): its next version's files carry the ids its Iceberg metadata gave, and
+    the schema keeps them (renumbering would make the name mapping read old snapshots' columns as other ones)."""
+    storage = open_storage(StorageSpec(root=str(tmp_path / "root")))
+    store = lake_store(storage)
+    base = TableDef("legacy", (ColumnDef("id", "INT", True), ColumnDef("v", "STRING")))
+
+    def add_rows(first: int, note: bool = False):  # type: ignore[no-untyped-def]
+        def produce(current: TableVersion | None, target: VersionTarget) -> PendingVersion:
+            table = current.table if current else base
+            if note and table.column("note") is None:
+                table = table.with_columns([*table.columns, ColumnDef("note", "STRING")])
+            data = {"id": pa.array(range(first, first + 2), pa.int32()), "v": ["a", "b"], "note": ["n", None],
+                    DESTINATION_META: ["m", "m"]}
+            rows = pa.table({name: data[name] for name in [*table.column_names, DESTINATION_META]})
+            new = write_data_file(storage, target.directory, layout.data_file_name(None), rows, table, None)
+            return PendingVersion(table, [new], list(current.files) if current else [], {"kind": "test"})
+        return produce
+
+    store.write(SCHEMA, "legacy", add_rows(0))
+    second = store.write(SCHEMA, "legacy", add_rows(2, note=True))
+    assert second is not None
+    before = iceberg_ids(storage, second)
+    assert before == {"id": 1, "v": 2, DESTINATION_META: 3, "note": 4}
+    table_json = f"{second.directory}/{records.TABLE_JSON}"
+    meta = json.loads(storage.read_bytes(table_json))
+    del meta["table"]["field_ids"], meta["table"]["last_field_id"]  # as committed before ids were kept
+    storage.write_bytes(table_json, json.dumps(meta).encode())
+
+    third = store.write(SCHEMA, "legacy", add_rows(4, note=True))
+    assert third is not None
+    assert iceberg_ids(storage, third) == before
+    check_field_ids(storage, third)
+    assert rows(iceberg_pyiceberg(storage.spec, storage.url(third.prefix)), ["id", "v", "note"]) == \
+        rows(records_rows(storage, third), ["id", "v", "note"])
+
+
+def iceberg_ids(storage: Storage, version: TableVersion) -> dict[str, int]:
+    metadata = json.loads(storage.read_bytes(f"{version.prefix}/metadata/v{version.version}.metadata.json"))
+    schema = next(s for s in metadata["schemas"] if s["schema-id"] == metadata["current-schema-id"])
+    return {f["name"]: f["id"] for f in schema["fields"]}

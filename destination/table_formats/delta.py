@@ -34,11 +34,12 @@ Log shape:
   derive its changes from its add and remove actions, which carry their sizes for that.
 
 Types (Fivetran → Delta schema). Delta has no time-of-day type and its decimals stop at 38 digits; declaring such a
-column as another type was tried and fails or alters values (time64 as `long`: polars and DuckDB refuse the file;
-decimal256 as `string`: DuckDB returns a float's digits, polars refuses; as decimal(38,s): every reader fails). So
-those columns are left out of the Delta schema (readers skip Parquet columns the schema does not name) and listed
-in the table property `fivetran.columns_not_in_delta` (JSON list of "name TYPE"); read them from the records
-directories.
+column as another type was tried and fails or alters values (time64 as `long`: delta-rs reads the microseconds,
+polars and DuckDB refuse the file; as `timestamp_ntz`: all three refuse; decimal256 as `string`: DuckDB returns a
+float's digits, polars refuses; as decimal(38,s): every reader fails). So those columns are left out of the Delta
+schema (readers skip Parquet columns the schema does not name), listed in the table property
+`fivetran.columns_not_in_delta` (JSON list of "name TYPE") and named in `metaData.description`; read them from the
+records directories.
 
 | Fivetran         | Delta                 | deltalake (Arrow)   | DuckDB          | polars           |
 |------------------|-----------------------|---------------------|-----------------|------------------|
@@ -124,6 +125,15 @@ def configuration(table: TableDef, change_feed: bool) -> dict[str, str]:
     return config
 
 
+def _left_out_description(table: TableDef) -> str | None:
+    """The table's description naming the columns left out of the schema (None: none)."""
+    left_out = [f"{c.name} {c.ddl()}" for c in table.columns if delta_type(c) is None]
+    if not left_out:
+        return None
+    return ("Columns not in this Delta schema (no Delta type every reader accepts over their Parquet bytes; read "
+            f"them from the records directories): {', '.join(left_out)}")
+
+
 def delta_storage_options(spec: StorageSpec) -> dict[str, str]:
     """How delta-rs reaches the table: nothing for a local root; for S3 the endpoint, region and credentials."""
     if not spec.is_s3:
@@ -194,7 +204,8 @@ def _commit_json(version: LakeVersion, previous: _State | None) -> bytes:
         actions.append({"metaData": {
             "id": previous.table_id if previous else str(uuid.uuid4()),
             "format": {"provider": "parquet", "options": {}}, "schemaString": json.dumps(schema),
-            "partitionColumns": [], "configuration": config, "createdTime": stamp}})
+            "partitionColumns": [], "configuration": config, "createdTime": stamp,
+            **({"description": description} if (description := _left_out_description(version.table)) else {})}})
     before = previous.files if previous else {}
     live = {f.path: f for f in version.files}
     for path, size in sorted(before.items()):

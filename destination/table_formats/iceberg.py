@@ -20,11 +20,13 @@ after the commit (each snapshot's manifest is its own: nothing retained shares t
 
 Schema: field ids are stable per column name; a type change Iceberg allows as a promotion (int → long, float →
 double, decimal precision widened at the same scale) keeps the id, any other change (STRING → INT) gets a new id.
-Each snapshot names its schema, so time travel reads an old snapshot with the schema it was written with. Our
-Parquet files carry no field ids: the name mapping `schema.name-mapping.default` maps every column name to its
-current id. A limit that follows: time travel through the latest metadata to a snapshot before a non-promotable
-type change reads that column as null (the name now maps to the new id); that version's own metadata file
-(`metadata/v<K>.metadata.json`, kept while K is retained) reads it with its values.
+The ids come from the table definition (destination/field_ids.py), the same the data files carry as
+`PARQUET:field_id`, so a reader mapping by id reads each column right. Each snapshot names its schema, so time travel
+reads an old snapshot with the schema it was written with. Files written before the ids carry none: the name
+mapping `schema.name-mapping.default` maps every column name to its current id. A limit that follows for those:
+time travel through the latest metadata to a snapshot before a non-promotable type change reads that column as
+null (the name now maps to the new id); that version's own metadata file (`metadata/v<K>.metadata.json`, kept while
+K is retained) reads it with its values.
 
 | Fivetran        | Parquet (data file)   | Iceberg            | notes                                          |
 |-----------------|-----------------------|--------------------|------------------------------------------------|
@@ -39,7 +41,8 @@ type change reads that column as null (the name now maps to the new id); that ve
 | NAIVE_DATE      | date32                | date               |                                                |
 | NAIVE_DATETIME  | timestamp[us]         | timestamp          |                                                |
 | UTC_DATETIME    | timestamp[us, UTC]    | timestamptz        |                                                |
-| NAIVE_TIME      | time64[us]            | time               |                                                |
+| NAIVE_TIME      | time64[us]            | (left out)         | Spark refuses a table with a `time` field, and |
+|                 |                       |                    | no other type reads TIME(MICROS) bytes (README)|
 | BINARY          | binary                | binary             |                                                |
 | STRING/JSON/XML | string                | string             | the Fivetran type is in the field's `doc`      |
 | (internal)      | `_destination_meta`   | string             | the destination's per-row metadata             |
@@ -76,7 +79,7 @@ from pyiceberg.manifest import (
     write_manifest_list,
 )
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
-from pyiceberg.schema import Schema, promote
+from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadataUtil, TableMetadataV2
 from pyiceberg.table.name_mapping import MappedField, NameMapping, create_mapping_from_schema
 from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRef, SnapshotRefType
@@ -96,10 +99,9 @@ from pyiceberg.types import (
     StringType,
     TimestampType,
     TimestamptzType,
-    TimeType,
 )
 
-from destination import logs
+from destination import field_ids, logs
 from destination.errors import DestinationError
 from destination.storage.base import Storage, StorageSpec
 from destination.table_formats.version import ICEBERG, LakeVersion
@@ -111,24 +113,35 @@ HINT = "version-hint.text"
 RECORDS_VERSION = "records-version"  # snapshot summary: the records version the snapshot is
 NAME_MAPPING = "schema.name-mapping.default"
 PRIMARY_KEY = "fivetran.primary-key"
-LEFT_OUT = "fivetran.columns-left-out"
+LEFT_OUT = field_ids.ICEBERG_LEFT_OUT
+COMMENT = "comment"
 MAX_ICEBERG_DECIMAL = 38
 _AVRO_CODEC: Final = "deflate"
 _LEFT_OUT_ID = -1  # the statistics' stand-in id of a Parquet column the Iceberg schema leaves out
 _SIMPLE_TYPES: dict[str, IcebergType] = {
     "BOOLEAN": BooleanType(), "SHORT": IntegerType(), "INT": IntegerType(), "LONG": LongType(),
     "FLOAT": FloatType(), "DOUBLE": DoubleType(), "NAIVE_DATE": DateType(), "NAIVE_DATETIME": TimestampType(),
-    "UTC_DATETIME": TimestamptzType(), "NAIVE_TIME": TimeType(), "BINARY": BinaryType(), "STRING": StringType(),
+    "UTC_DATETIME": TimestamptzType(), "BINARY": BinaryType(), "STRING": StringType(),
     "JSON": StringType(), "XML": StringType(),
 }
 
 
 def iceberg_type(col: ColumnDef) -> IcebergType | None:
-    """The column's Iceberg type; None: Iceberg has none (a decimal of more than 38 digits)."""
+    """The column's Iceberg type; None: none that the readers accept over its Parquet bytes (a decimal of more than
+    38 digits; a time of day, module doc "Types")."""
     if col.type == "DECIMAL":
         precision, scale = decimal_storage(col)
         return DecimalType(precision, scale) if precision <= MAX_ICEBERG_DECIMAL else None
-    return _SIMPLE_TYPES[col.type]
+    return _SIMPLE_TYPES.get(col.type)
+
+
+def left_out_comment(table: TableDef) -> str | None:
+    """The table's `comment` (what Spark's DESCRIBE shows) naming the columns left out of the schema; None: none."""
+    left_out = [f"{c.name} {c.ddl()}" for c in table.columns if iceberg_type(c) is None]
+    if not left_out:
+        return None
+    return ("Columns not in this Iceberg schema (no Iceberg type every reader accepts over their Parquet bytes; "
+            f"read them from the records directories): {', '.join(left_out)}")
 
 
 def file_io_properties(spec: StorageSpec) -> dict[str, str]:
@@ -234,29 +247,22 @@ class _FieldPlan:
     left_out: dict[str, int]  # the columns Iceberg has no type for, and the ids the name mapping gives them
 
 
-def _schema_for(table: TableDef, current: Schema | None, last_column_id: int, schema_id: int,
-                left_out_before: dict[str, int]) -> _FieldPlan:
-    """The Iceberg schema of `table`: a column keeps its field id while its type is the same or a promotion of
-    the current one; a new column, or a type Iceberg cannot promote to, gets the next id. A column left out of
-    the schema keeps an id of its own in the name mapping (DuckDB misreads the columns after an unmapped one)."""
+def _schema_for(table: TableDef, schema_id: int) -> _FieldPlan:
+    """The Iceberg schema of `table`, with the field ids its data files carry (destination/field_ids.py). A column
+    left out of the schema keeps its id in the name mapping (DuckDB misreads the columns after an unmapped one)."""
+    assigned = field_ids.assign(table)
+    ids = {name: field_id for name, field_id, _ in assigned.field_ids}
     fields: list[NestedField] = []
     left_out: dict[str, int] = {}
-    columns = [*table.columns, ColumnDef(DESTINATION_META, "STRING")]
-    for col in columns:
+    for col in [*table.columns, ColumnDef(DESTINATION_META, "STRING")]:
         field_type = iceberg_type(col)
         if field_type is None:
-            if col.name not in left_out_before:
-                last_column_id += 1
-            left_out[col.name] = left_out_before.get(col.name, last_column_id)
+            left_out[col.name] = ids[col.name]
             continue
-        field_id = _kept_id(current, col.name, field_type)
-        if field_id is None:
-            last_column_id += 1
-            field_id = last_column_id
         doc = "destination row metadata" if col.name == DESTINATION_META else col.ddl()
-        fields.append(NestedField(field_id, col.name, field_type, required=False,
+        fields.append(NestedField(ids[col.name], col.name, field_type, required=False,
                                   doc=doc + (", primary key" if col.primary_key else "")))
-    return _FieldPlan(Schema(*fields, schema_id=schema_id), last_column_id, left_out)
+    return _FieldPlan(Schema(*fields, schema_id=schema_id), assigned.last_field_id, left_out)
 
 
 def _name_mapping(schema: Schema, left_out: dict[str, int], older: list[Schema]) -> str:
@@ -272,21 +278,6 @@ def _name_mapping(schema: Schema, left_out: dict[str, int], older: list[Schema])
                 ids[f.name] = f.field_id
     extra = [MappedField.model_validate({"field-id": field_id, "names": [name]}) for name, field_id in ids.items()]
     return NameMapping([*mapped, *extra]).model_dump_json()
-
-
-def _kept_id(current: Schema | None, name: str, field_type: IcebergType) -> int | None:
-    if current is None:
-        return None
-    old = next((f for f in current.fields if f.name == name), None)
-    if old is None:
-        return None
-    if old.field_type == field_type:
-        return old.field_id
-    try:
-        promote(old.field_type, field_type)
-    except Exception:  # pyiceberg raises ResolveError (and others) for a type it cannot promote
-        return None
-    return old.field_id
 
 
 class _Commit:
@@ -308,9 +299,7 @@ class _Commit:
         timestamp_ms = int(self.version.committed_at * 1000)
         current_schema = prev.schema() if prev else None
         schema_ids = [s.schema_id for s in prev.schemas] if prev else []
-        left_out_before = json.loads(prev.properties.get(LEFT_OUT, "{}")) if prev else {}
-        plan = _schema_for(self.version.table, current_schema, prev.last_column_id if prev else 0,
-                           max(schema_ids, default=-1) + 1, left_out_before)
+        plan = _schema_for(self.version.table, max(schema_ids, default=-1) + 1)
         schema = plan.schema
         if current_schema is not None and current_schema.fields == schema.fields:
             schema = current_schema
@@ -333,6 +322,10 @@ class _Commit:
             PRIMARY_KEY: json.dumps([c.name for c in self.version.table.columns if c.primary_key]),
             LEFT_OUT: json.dumps(plan.left_out),
         }
+        properties.pop(COMMENT, None)
+        comment = left_out_comment(self.version.table)
+        if comment is not None:
+            properties[COMMENT] = comment
         metadata_log = [e for e in (prev.metadata_log if prev else [])
                         if _version_of_metadata_file(e.metadata_file) >= self.oldest_retained]
         if prev and parent is not None and _records_version(parent) >= self.oldest_retained:

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from destination.field_ids import data_file_schema
 from destination.key_order import first_and_last
 from destination.keys import key_tokens, run_starts
 from destination.storage.base import Storage
@@ -133,8 +134,9 @@ def statistics(table: pa.Table, table_def: TableDef, *, name: str, size: int, bu
 
 def write_data_file(storage: Storage, directory: str, name: str, table: pa.Table, table_def: TableDef,
                     bucket: int | None, in_key_order: bool = False) -> DataFile:
-    """Write `table` as one Parquet file (in the file schema) and return its statistics."""
-    schema = arrow_schema(table_def.columns)
+    """Write `table` as one Parquet file (in the file schema, with the columns' field ids) and return its
+    statistics."""
+    schema = data_file_schema(table_def)
     table = table.select(schema.names).cast(schema)
     path = f"{directory}/{name}"
     with storage.open_output(path) as sink:
@@ -146,8 +148,9 @@ def write_sorted_files(storage: Storage, directory: str, rows: pa.Table, table_d
                        target_bytes: int) -> list[DataFile]:
     """Rows already in key order, written as consecutive files of about `target_bytes` each: row groups are
     appended to a file until its size reaches the target. A file never ends inside a run of one entity key (a
-    history table's versions of a row stay together), and a tail shorter than a row group joins the last file."""
-    schema = arrow_schema(table_def.columns)
+    history table's versions of a row stay together), and a tail shorter than a row group joins the last file.
+    The files carry the columns' field ids, as `write_data_file`'s do."""
+    schema = data_file_schema(table_def)
     rows = rows.select(schema.names).cast(schema)
     n = rows.num_rows
     if not n:

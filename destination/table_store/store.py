@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Protocol
 
-from destination import logs, phases
+from destination import field_ids, logs, phases
 from destination.changes.metadata import ChangeParts, ChangeSet
 from destination.errors import CommitConflict, StorageError, UserActionRequired, WriteAbandoned
 from destination.storage.base import Storage, StorageSpec
@@ -260,8 +260,11 @@ class TableStore:
             files = json.loads(self.storage.read_bytes(f"{directory}/{records.FILES_JSON}"))
         except FileNotFoundError:
             return self._uncommitted(schema, table, n, self._missing_files(directory, VERSION_METADATA))
+        definition = TableDef.from_json(meta["table"])
+        if not definition.field_ids:
+            definition = self._ids_of_before(prefix, definition)
         loaded = TableVersion(
-            schema=schema, version=n, table=TableDef.from_json(meta["table"]),
+            schema=schema, version=n, table=definition,
             files=tuple(DataFile.from_json(f) for f in files["files"]), prefix=prefix,
             committed_at=float(meta.get("committed_at", 0.0)),
             recent_batches=tuple(meta.get("recent_batches", ())),
@@ -269,6 +272,12 @@ class TableStore:
         )
         missing = self._missing_of_version(directory, loaded.files)
         return self._uncommitted(schema, table, n, missing) if missing else loaded
+
+    def _ids_of_before(self, prefix: str, table: TableDef) -> TableDef:
+        """A table committed before field ids were kept: the ids of its Iceberg metadata, where it has one (files
+        are then written with the ids its snapshots and name mapping already give the columns)."""
+        metadata = field_ids.latest_iceberg_metadata(self.storage.read_bytes, prefix)
+        return table if metadata is None else field_ids.from_iceberg(table, metadata)
 
     def _uncommitted(self, schema: str, table: str, n: int, missing: list[str]) -> TableVersion | None:
         """A version lacking files is one still being written (None), unless it is committed (IncompleteVersion)."""
@@ -559,7 +568,7 @@ class TableStore:
             s.write_bytes(f"{directory}/{records.FORMAT_FILE}", b"")
             s.write_bytes(f"{directory}/{records.FILES_JSON}", records.dumps({"files": [f.to_json() for f in files]}))
             s.write_bytes(f"{directory}/{records.TABLE_JSON}", records.dumps({
-                "schema": schema, "table": pending.table.to_json(), "version": target,
+                "schema": schema, "table": field_ids.assign(pending.table).to_json(), "version": target,
                 "committed_at": committed_at, "recent_batches": list(recent), "change_totals": totals}))
             s.write_bytes(f"{directory}/{records.MANIFEST}", records.dumps(
                 records.manifest_json([(s.url(file_path(directory, f)), f.bytes) for f in files])))
