@@ -1,0 +1,179 @@
+"""Every table registered in a `sql` catalog (Iceberg's JDBC catalog tables, in SQLite and in a real PostgreSQL),
+on local disk and on S3, read back through pyiceberg's SqlCatalog: the entry follows each commit, drops and
+renames; a crash between the records commit and the entry's move, and a catalog outage, leave the entry at the
+previous committed version (never lost records, never deleted metadata) and the next write catches it up."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from destination.catalogs.base import CatalogRefused, CatalogUnavailable
+from destination.catalogs.kinds import follow_hook
+from destination.catalogs.settings import CatalogSettings
+from destination.storage.base import Storage
+from destination.table_formats.iceberg import file_io_properties
+from destination.table_store import layout
+from destination.table_store.options import TABLE_FORMATS
+from destination.table_store.store import Retention, TableStore
+from tests.test_table_store import SCHEMA, SimulatedCrash, appender
+
+CATALOG = "fivetran"
+NAMESPACE = SCHEMA  # "my schema": held as it is (only `.` and `~` are mapped)
+
+
+def sql_store(storage: Storage, uri: str, **options: Any) -> TableStore:
+    return TableStore(storage, follow=follow_hook(TABLE_FORMATS, CatalogSettings(kind="sql", uri=uri, name=CATALOG)),
+                      **options)
+
+
+def named_appender(storage: Storage, table: str, first_id: int) -> Any:
+    """tests/test_table_store.py's appender, its table definition named `table` (as a real write's is)."""
+    from dataclasses import replace
+
+    produce = appender(storage, first_id)
+    return lambda base, target: (lambda p: replace(p, table=replace(p.table, name=table)))(produce(base, target))
+
+
+def reader(storage: Storage, uri: str) -> Any:
+    """pyiceberg's own SqlCatalog over the same database: what Spark's JDBC catalog reads too."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    return SqlCatalog(CATALOG, uri=uri, **file_io_properties(storage.spec))
+
+
+def catalog_ids(storage: Storage, uri: str, table: str = "events", snapshot: int | None = None) -> list[int]:
+    scanned = reader(storage, uri).load_table((NAMESPACE, table)).scan(snapshot_id=snapshot).to_arrow()
+    return sorted(scanned.column("id").to_pylist())
+
+
+def entry(storage: Storage, uri: str, table: str = "events") -> str:
+    return str(reader(storage, uri).load_table((NAMESPACE, table)).metadata_location)
+
+
+def metadata_of(storage: Storage, version: int, table: str = "events") -> str:
+    return storage.url(f"{layout.table_prefix(SCHEMA, table)}/metadata/v{version}.metadata.json")
+
+
+def test_every_commit_moves_the_entry_and_time_travel_reads_the_previous_version(storage: Storage,
+                                                                                   catalog_uri: str) -> None:
+    store = sql_store(storage, catalog_uri)
+    store.write(SCHEMA, "events", appender(storage, 0))
+    assert entry(storage, catalog_uri) == metadata_of(storage, 1)
+    assert catalog_ids(storage, catalog_uri) == [0, 1, 2]
+    store.write(SCHEMA, "events", appender(storage, 10))
+    assert entry(storage, catalog_uri) == metadata_of(storage, 2)
+    assert catalog_ids(storage, catalog_uri) == [0, 1, 2, 10, 11, 12]
+    assert catalog_ids(storage, catalog_uri, snapshot=1) == [0, 1, 2]  # time travel through the entry
+    table = reader(storage, catalog_uri).load_table((NAMESPACE, "events"))
+    assert table.metadata_location.endswith("v2.metadata.json")
+    from sqlalchemy import create_engine, text
+
+    with create_engine(catalog_uri).connect() as conn:  # the JDBC catalog's row, as Spark's JdbcCatalog reads it
+        row = conn.execute(text("SELECT catalog_name, table_namespace, table_name, metadata_location, "
+                                "previous_metadata_location FROM iceberg_tables")).one()
+    assert tuple(row) == (CATALOG, NAMESPACE, "events", metadata_of(storage, 2), metadata_of(storage, 1))
+
+
+def test_a_name_the_catalog_cannot_hold_is_mapped_reversibly(storage: Storage, catalog_uri: str) -> None:
+    from destination.table_store.naming import decode_name
+
+    store = sql_store(storage, catalog_uri)
+    store.write("sales.eu~x", "events", appender(storage, 0))
+    listed = reader(storage, catalog_uri).list_tables("sales~2Eeu~7Ex")
+    assert listed == [("sales~2Eeu~7Ex", "events")]
+    assert decode_name("sales~2Eeu~7Ex") == "sales.eu~x"
+
+
+@pytest.mark.parametrize("step", ["before_table_formats", "before_catalog"])
+def test_a_crash_before_the_entry_moves_leaves_the_previous_version_and_the_next_write_catches_up(
+        storage: Storage, catalog_uri: str, step: str) -> None:
+    store = sql_store(storage, catalog_uri)
+    store.write(SCHEMA, "events", appender(storage, 0))
+
+    def crash(at: str) -> None:
+        if at == step:
+            raise SimulatedCrash(at)
+
+    with pytest.raises(SimulatedCrash):
+        sql_store(storage, catalog_uri, fault=crash).write(SCHEMA, "events", appender(storage, 10))
+    assert store.latest_version_number(layout.table_prefix(SCHEMA, "events")) == 2  # committed in records
+    assert entry(storage, catalog_uri) == metadata_of(storage, 1)
+    assert catalog_ids(storage, catalog_uri) == [0, 1, 2]
+    latest = store.load(SCHEMA, "events")
+    assert latest is not None
+    store.follow_up(latest)  # what the next request for the table does (DescribeTable, a retried write)
+    assert entry(storage, catalog_uri) == metadata_of(storage, 2)
+    store.write(SCHEMA, "events", appender(storage, 20))
+    assert catalog_ids(storage, catalog_uri) == [0, 1, 2, 10, 11, 12, 20, 21, 22]
+    assert catalog_ids(storage, catalog_uri, snapshot=2) == [0, 1, 2, 10, 11, 12]
+
+
+def test_drop_removes_the_entry_and_a_new_table_of_the_name_is_registered_again(storage: Storage,
+                                                                                  catalog_uri: str) -> None:
+    store = sql_store(storage, catalog_uri)
+    store.write(SCHEMA, "events", appender(storage, 0))
+    store.write(SCHEMA, "other", named_appender(storage, "other", 5))
+    store.drop(SCHEMA, "events")
+    assert reader(storage, catalog_uri).list_tables(NAMESPACE) == [(NAMESPACE, "other")]
+    store.write(SCHEMA, "events", appender(storage, 30))
+    assert catalog_ids(storage, catalog_uri) == [30, 31, 32]
+
+
+def test_wrong_credentials_are_a_task_naming_the_catalog_without_the_password(storage: Storage,
+                                                                              postgres_server: Any) -> None:
+    uri = postgres_server.url("postgres", password="wrong-password")
+    with pytest.raises(CatalogRefused) as refused:
+        sql_store(storage, uri).write(SCHEMA, "events", appender(storage, 0))
+    message = str(refused.value)
+    assert "sql catalog 'fivetran'" in message and "127.0.0.1" in message and "wrong-password" not in message
+    # the records version was committed all the same
+    assert TableStore(storage).latest_version_number(layout.table_prefix(SCHEMA, "events")) == 1
+
+
+@pytest.fixture
+def proxied_postgres(postgres_server: Any) -> Iterator[tuple[str, Any]]:
+    """A fresh catalog database reached through a TCP proxy that can reset its connections (an outage)."""
+    import uuid
+
+    from tests.faultproxy import FaultProxy
+
+    name = f"catalog_{uuid.uuid4().hex[:12]}"
+    postgres_server.create_database(name)
+    proxy = FaultProxy(f"http://127.0.0.1:{postgres_server.port}")
+    port = proxy.endpoint.rsplit(":", 1)[1]
+    yield postgres_server.url(name).replace(f":{postgres_server.port}/", f":{port}/"), proxy
+    proxy.close()
+
+
+def test_a_catalog_outage_during_a_write_keeps_the_version_and_the_next_write_catches_the_entry_up(
+        storage: Storage, proxied_postgres: tuple[str, Any]) -> None:
+    from tests.faultproxy import UNTIL_RESTORED
+
+    uri, proxy = proxied_postgres
+    retention = Retention(keep_versions=2, min_age_seconds=0)
+    store = sql_store(storage, uri, retention=retention)
+    for i in range(2):
+        store.write(SCHEMA, "events", appender(storage, i * 10))
+    assert entry(storage, uri) == metadata_of(storage, 2)
+    proxy.arm(b"", UNTIL_RESTORED)  # every connection and query from now on is reset
+    for i in range(2, 4):  # two writes during the outage: each commits in records and answers UNAVAILABLE
+        with pytest.raises(CatalogUnavailable, match="unreachable after 4 attempts"):
+            store.write(SCHEMA, "events", appender(storage, i * 10))
+    assert proxy.failed >= 4
+    proxy.restore()
+    prefix = layout.table_prefix(SCHEMA, "events")
+    assert store.latest_version_number(prefix) == 4  # no records version lost
+    assert entry(storage, uri) == metadata_of(storage, 2)  # the entry still names version 2 ...
+    assert storage.exists(f"{prefix}/metadata/v2.metadata.json")  # ... and retention kept its metadata
+    assert catalog_ids(storage, uri) == [0, 1, 2, 10, 11, 12]  # and its files
+    store.write(SCHEMA, "events", appender(storage, 40))  # the next write catches the entry up
+    assert entry(storage, uri) == metadata_of(storage, 5)
+    assert catalog_ids(storage, uri) == sorted(i * 10 + k for i in range(5) for k in range(3))
+    assert catalog_ids(storage, uri, snapshot=4) == sorted(i * 10 + k for i in range(4) for k in range(3))
+    # retention went on once the entry moved: version 2's metadata is gone
+    store.write(SCHEMA, "events", appender(storage, 50))
+    assert not storage.exists(f"{prefix}/metadata/v2.metadata.json")
+    assert pa.array(catalog_ids(storage, uri)).to_pylist()[-1] == 52
