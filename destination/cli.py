@@ -4,9 +4,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
 from destination import logs
-from destination.errors import DestinationError
+from destination.errors import DestinationError, UserActionRequired
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -69,7 +70,30 @@ def _formats(args: argparse.Namespace) -> int:
     from destination.table_store.options import FORMATS_FIELD, table_formats
 
     names = table_formats({FORMATS_FIELD: args.formats})
-    return formats_command(open_root(args.root, _s3_options(args)), args.table, names, args.rebuild)
+    storage = open_root(args.root, _s3_options(args))
+    return formats_command(storage, args.table, names, args.rebuild, catalog_of(args.catalog, storage.spec))
+
+
+def catalog_of(path: str | None, spec: Any) -> Any:
+    """The catalog settings of a configuration file (None: no file, or no catalog in it)."""
+    if path is None:
+        return None
+    import json
+
+    from destination.catalogs.settings import catalog_settings
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            configuration = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise UserActionRequired(f"--catalog {path}: cannot read the configuration ({exc})") from exc
+    if not isinstance(configuration, dict):
+        raise UserActionRequired(f"--catalog {path}: not a JSON object of configuration fields")
+    settings = catalog_settings({str(k): str(v) for k, v in configuration.items()}, spec.s3_region,
+                                spec.access_key_id, spec.secret_access_key)
+    if not settings.on:
+        raise UserActionRequired(f"--catalog {path}: its field 'catalog' names no catalog")
+    return settings
 
 
 def _s3_options(args: argparse.Namespace) -> dict[str, str]:
@@ -141,6 +165,10 @@ def build_parser() -> argparse.ArgumentParser:
                                              "table) up to its committed versions; --rebuild writes it anew")
     formats.add_argument("table", nargs="?", help="SCHEMA.TABLE (default: every table under the root)")
     formats.add_argument("--formats", default="delta,iceberg", help="delta,iceberg (default), delta or iceberg")
+    formats.add_argument("--catalog", metavar="CONFIGURATION_JSON",
+                         help="also register each table in (or move its entry to the latest version of) the catalog "
+                              "of this configuration file (the connector's fields: catalog, catalog_uri, …; a file "
+                              "keeps the credentials off the command line)")
     formats.add_argument("--rebuild", action="store_true", help="clear the formats' folders first (_delta_log/, "
                                                                 "_change_data/, metadata/) and write every retained "
                                                                 "version again")

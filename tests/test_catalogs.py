@@ -214,3 +214,39 @@ def test_every_tester_table_is_found_through_the_catalog_at_its_latest_version( 
             common = [c for c in columns_in(previous.table, "iceberg") if c in columns]
             travelled = table.scan(snapshot_id=previous.version).to_arrow()
             assert rows(travelled, common) == rows(records_rows(storage, previous), common), f"{name} time travel"
+
+
+def test_the_formats_command_registers_existing_tables_and_moves_entries_left_behind(  # type: ignore[no-untyped-def]
+        storage: Storage, catalog_uri: str, tmp_path: Path, capsys, monkeypatch) -> None:
+    import json
+
+    from destination.cli import main as cli_main
+    from tests.test_table_formats import lake_store
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", storage.spec.access_key_id)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", storage.spec.secret_access_key)
+    for i in range(2):  # written before any catalog was configured
+        lake_store(storage).write(SCHEMA, "events", appender(storage, i * 10))
+    lake_store(storage).write(SCHEMA, "other", named_appender(storage, "other", 5))
+    config = tmp_path / "configuration.json"
+    config.write_text(json.dumps({"catalog": "sql", "catalog_uri": catalog_uri}))
+    options = ["--s3-endpoint", storage.spec.s3_endpoint, "--s3-region", "us-east-1"] if storage.spec.is_s3 else []
+    command = ["formats", "--root", storage.spec.root, *options, "--catalog", str(config)]
+    assert cli_main(command) == 0
+    assert "entry at version 2" in capsys.readouterr().out
+    assert entry(storage, catalog_uri) == metadata_of(storage, 2)
+    assert entry(storage, catalog_uri, "other") == metadata_of(storage, 1, "other")
+    assert catalog_ids(storage, catalog_uri) == [0, 1, 2, 10, 11, 12]
+
+    def crash(at: str) -> None:
+        if at == "before_catalog":
+            raise SimulatedCrash(at)
+
+    with pytest.raises(SimulatedCrash):  # the entry is left at version 2
+        sql_store(storage, catalog_uri, fault=crash).write(SCHEMA, "events", appender(storage, 20))
+    assert entry(storage, catalog_uri) == metadata_of(storage, 2)
+    assert cli_main([*command[:1], f"{SCHEMA}.events", *command[1:]]) == 0
+    assert entry(storage, catalog_uri) == metadata_of(storage, 3)
+    config.write_text(json.dumps({"catalog": "none"}))
+    assert cli_main(command) == 1
+    assert "names no catalog" in capsys.readouterr().err
