@@ -250,3 +250,87 @@ def test_the_formats_command_registers_existing_tables_and_moves_entries_left_be
     config.write_text(json.dumps({"catalog": "none"}))
     assert cli_main(command) == 1
     assert "names no catalog" in capsys.readouterr().err
+
+
+def _server_store(grpc_endpoint: Any, root: str) -> TableStore:
+    service = grpc_endpoint[1]
+    return next(store for (spec, _, _), store in service._stores.items() if spec.root == root)
+
+
+def test_a_retried_write_answered_already_applied_catches_the_formats_and_the_entry_up(  # type: ignore[no-untyped-def]
+        grpc_endpoint, stub, configuration, tmp_path: Path, monkeypatch) -> None:
+    """The server dies right after a records commit (here: the formats' step fails at once, as a kill there
+    leaves it): Delta, Iceberg and the catalog stay one version behind. Fivetran retries the request; it is
+    answered "already applied", and that answer now brings them up to the committed version."""
+    import grpc
+
+    from tests.lake_readers import delta_table
+    from tests.rpc_helpers import table as table_proto
+    from tests.test_write_path import SYS, create, r, write
+
+    uri = f"sqlite:///{tmp_path / 'catalog.db'}"
+    configuration = {**configuration, "catalog": "sql", "catalog_uri": uri}
+    t = table_proto("retried", [("id", "INT", True), ("v", "STRING"), ("n", "LONG"), *SYS])
+    create(stub, configuration, "lake", t)
+    write(stub, configuration, "lake", t, tmp_path, replace=[r(1, "a")])
+    store = _server_store(grpc_endpoint, configuration["root"])
+    storage = store.storage
+
+    def killed(step: str) -> None:
+        if step == "before_table_formats":
+            raise RuntimeError("the server was killed here")
+
+    monkeypatch.setattr(store, "_fault", killed)
+    with pytest.raises(grpc.RpcError):
+        write(stub, configuration, "lake", t, tmp_path, replace=[r(2, "b")])
+    monkeypatch.undo()
+    latest = store.load("lake", "retried")
+    assert latest is not None and latest.version == 3  # committed in records
+    url = storage.url(latest.prefix)
+    assert delta_table(storage.spec, url).version() == 2
+    assert reader(storage, uri).load_table(("lake", "retried")).metadata_location.endswith("/v2.metadata.json")
+    # the retry: the same files again
+    files = sorted(tmp_path.glob("replace-*.csv.zstd.aes"), key=lambda p: p.stat().st_mtime)
+    from destination.protocol import sdk
+    from tests.test_write_path import KEY, params
+
+    sdk_request = sdk.WriteBatchRequest(configuration=configuration, schema_name="lake", table=t,
+                                        file_params=params(), replace_files=[str(files[-1])], keys={str(files[-1]): KEY})
+    answer = stub.WriteBatch(sdk_request)
+    assert answer.WhichOneof("response") == "success", answer
+    assert store.load("lake", "retried").version == 3  # type: ignore[union-attr]  # nothing new committed
+    assert delta_table(storage.spec, url).version() == 3
+    table = reader(storage, uri).load_table(("lake", "retried"))
+    assert table.metadata_location.endswith("/v3.metadata.json")
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == [1, 2]
+
+
+def test_a_catalog_outage_answers_unavailable_and_the_next_request_catches_the_entry_up(  # type: ignore[no-untyped-def]
+        stub, configuration, tmp_path: Path, proxied_postgres: tuple[str, Any]) -> None:
+    import grpc
+
+    from destination.protocol import sdk
+    from tests.faultproxy import UNTIL_RESTORED
+    from tests.rpc_helpers import table as table_proto
+    from tests.test_write_path import SYS, create, r, write
+
+    uri, proxy = proxied_postgres
+    configuration = {**configuration, "catalog": "sql", "catalog_uri": uri}
+    t = table_proto("outage", [("id", "INT", True), ("v", "STRING"), ("n", "LONG"), *SYS])
+    create(stub, configuration, "lake", t)
+    proxy.arm(b"", UNTIL_RESTORED)
+    with pytest.raises(grpc.RpcError) as failed:
+        write(stub, configuration, "lake", t, tmp_path, replace=[r(1, "a")])
+    assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "sql catalog 'fivetran'" in failed.value.details() and "***" in failed.value.details()
+    assert "tests-password" not in failed.value.details()
+    proxy.restore()
+    storage = open_storage(spec_of(configuration))
+    assert TableStore(storage).latest_version_number(layout.table_prefix("lake", "outage")) == 2  # kept
+    assert reader(storage, uri).load_table(("lake", "outage")).metadata_location.endswith("/v1.metadata.json")
+    described = stub.DescribeTable(sdk.DescribeTableRequest(configuration=configuration, schema_name="lake",
+                                                            table_name="outage"))
+    assert not described.not_found
+    table = reader(storage, uri).load_table(("lake", "outage"))
+    assert table.metadata_location.endswith("/v2.metadata.json")
+    assert table.scan().to_arrow().column("id").to_pylist() == [1]
