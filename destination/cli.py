@@ -4,10 +4,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
 
 from destination import logs
-from destination.errors import DestinationError, UserActionRequired
+from destination.errors import DestinationError
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -19,7 +18,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     logs.configure_library_logging()
     options = server_options(root=args.root, batch_file_format=args.batch_file_format, spark_master=args.spark_master,
-                             metrics_port=args.metrics_port, spark_ui_port=args.spark_ui_port)
+                             metrics_port=args.metrics_port, spark_ui_port=args.spark_ui_port,
+                             catalog_file=args.catalog)
     return serve(options, args.port)
 
 
@@ -65,35 +65,14 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _formats(args: argparse.Namespace) -> int:
+    from destination.catalogs.settings import catalog_from_file
     from destination.commands.formats import formats_command
     from destination.commands.inspection import open_root
     from destination.table_store.options import FORMATS_FIELD, table_formats
 
     names = table_formats({FORMATS_FIELD: args.formats})
     storage = open_root(args.root, _s3_options(args))
-    return formats_command(storage, args.table, names, args.rebuild, catalog_of(args.catalog, storage.spec))
-
-
-def catalog_of(path: str | None, spec: Any) -> Any:
-    """The catalog settings of a configuration file (None: no file, or no catalog in it)."""
-    if path is None:
-        return None
-    import json
-
-    from destination.catalogs.settings import catalog_settings
-
-    try:
-        with open(path, encoding="utf-8") as f:
-            configuration = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise UserActionRequired(f"--catalog {path}: cannot read the configuration ({exc})") from exc
-    if not isinstance(configuration, dict):
-        raise UserActionRequired(f"--catalog {path}: not a JSON object of configuration fields")
-    settings = catalog_settings({str(k): str(v) for k, v in configuration.items()}, spec.s3_region,
-                                spec.access_key_id, spec.secret_access_key)
-    if not settings.on:
-        raise UserActionRequired(f"--catalog {path}: its field 'catalog' names no catalog")
-    return settings
+    return formats_command(storage, args.table, names, args.rebuild, catalog_from_file(args.catalog, storage.spec))
 
 
 def _s3_options(args: argparse.Namespace) -> dict[str, str]:
@@ -112,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--spark-master", default="local[*]", help="Spark master URL (default local[*])")
     serve.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics and the status page on this HTTP "
                                                         "port (default: off; 9464 is Prometheus' usual one)")
+    serve.add_argument("--catalog", metavar="CONFIGURATION_JSON",
+                       help="at start-up, also move the catalog entries of the --root's tables in this configuration "
+                            "file's catalog (as `formats --catalog`); the formats are caught up either way")
     serve.add_argument("--spark-ui-port", type=int, help="turn Spark's own web UI on, on this port (default: off)")
     serve.set_defaults(func=_serve)
 

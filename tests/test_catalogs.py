@@ -334,3 +334,68 @@ def test_a_catalog_outage_answers_unavailable_and_the_next_request_catches_the_e
     table = reader(storage, uri).load_table(("lake", "outage"))
     assert table.metadata_location.endswith("/v2.metadata.json")
     assert table.scan().to_arrow().column("id").to_pylist() == [1]
+
+
+def test_the_start_up_catch_up_brings_the_formats_and_the_entries_of_the_root_up_to_date(
+        storage: Storage, catalog_uri: str) -> None:
+    import threading
+    from contextlib import nullcontext
+
+    from destination.catalogs.startup import catch_up_root
+    from tests.lake_readers import delta_table
+
+    store = sql_store(storage, catalog_uri)
+    store.write(SCHEMA, "events", appender(storage, 0))
+
+    def killed(at: str) -> None:
+        if at == "before_table_formats":
+            raise SimulatedCrash(at)
+
+    with pytest.raises(SimulatedCrash):
+        sql_store(storage, catalog_uri, fault=killed).write(SCHEMA, "events", appender(storage, 10))
+    TableStore(storage).write(SCHEMA, "plain", named_appender(storage, "plain", 0))  # written with formats off
+    prefix = layout.table_prefix(SCHEMA, "events")
+    assert delta_table(storage.spec, storage.url(prefix)).version() == 1
+    settings = CatalogSettings(kind="sql", uri=catalog_uri, name=CATALOG)
+    assert catch_up_root(storage, settings, lambda s, t: nullcontext(), threading.Event()) == (2, 0)
+    assert delta_table(storage.spec, storage.url(prefix)).version() == 2
+    assert entry(storage, catalog_uri) == metadata_of(storage, 2)
+    assert catalog_ids(storage, catalog_uri) == [0, 1, 2, 10, 11, 12]
+    plain = layout.table_prefix(SCHEMA, "plain")  # the formats it never had are not started for it
+    assert not storage.list_children(f"{plain}/_delta_log") and not storage.list_children(f"{plain}/metadata")
+    assert reader(storage, catalog_uri).list_tables(NAMESPACE) == [(NAMESPACE, "events")]
+
+
+def test_serve_catches_up_the_tables_of_its_root_at_start(tmp_path: Path) -> None:
+    """A real `serve --root … --catalog …` process: a table left a version behind (the server killed right after
+    its records commit) is caught up in the background at start, before any request for it."""
+    import json
+
+    from destination.storage.base import StorageSpec
+    from tests.lake_readers import delta_table
+    from tests.serverproc import start_server, wait_for
+
+    root = tmp_path / "root"
+    storage = open_storage(StorageSpec(root=str(root)))
+    uri = f"sqlite:///{tmp_path / 'catalog.db'}"
+    store = sql_store(storage, uri)
+    store.write(SCHEMA, "events", appender(storage, 0))
+
+    def killed(at: str) -> None:
+        if at == "before_table_formats":
+            raise SimulatedCrash(at)
+
+    with pytest.raises(SimulatedCrash):
+        sql_store(storage, uri, fault=killed).write(SCHEMA, "events", appender(storage, 10))
+    config = tmp_path / "configuration.json"
+    config.write_text(json.dumps({"catalog": "sql", "catalog_uri": uri}))
+    server = start_server(str(root), tmp_path / "server.log", "--catalog", str(config))
+    try:
+        wait_for(lambda: any("start-up catch-up: 1 tables" in m["message"] for m in server.messages()),
+                 "the start-up catch-up's line", server)
+    finally:
+        server.stop()
+    prefix = layout.table_prefix(SCHEMA, "events")
+    assert delta_table(storage.spec, storage.url(prefix)).version() == 2
+    assert entry(storage, uri) == metadata_of(storage, 2)
+    assert [m for m in server.messages() if "0 failed" in m["message"]]

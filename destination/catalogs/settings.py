@@ -2,9 +2,11 @@
 destination/rpc/configuration.py)."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from destination.errors import UserActionRequired
+from destination.storage.base import StorageSpec
 
 CATALOG_FIELD = "catalog"
 NO_CATALOG, SQL, GLUE = "none", "sql", "glue"
@@ -63,3 +65,22 @@ def catalog_settings(configuration: dict[str, str], s3_region: str = "", access_
         endpoint=(configuration.get(GLUE_ENDPOINT_FIELD) or "").strip(),
         access_key_id=(configuration.get(GLUE_KEY_FIELD) or "").strip() or access_key_id,
         secret_access_key=configuration.get(GLUE_SECRET_FIELD) or secret_access_key)
+
+
+def catalog_from_file(path: str | None, spec: StorageSpec) -> CatalogSettings | None:
+    """The catalog of a configuration file (`formats --catalog`, `serve --catalog`: a file keeps the credentials off
+    the command line); None: no file. A file naming no catalog, or unreadable, is a UserActionRequired."""
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            configuration = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise UserActionRequired(f"--catalog {path}: cannot read the configuration ({exc})") from exc
+    if not isinstance(configuration, dict):
+        raise UserActionRequired(f"--catalog {path}: not a JSON object of configuration fields")
+    settings = catalog_settings({str(k): str(v) for k, v in configuration.items()}, spec.s3_region,
+                                spec.access_key_id, spec.secret_access_key)
+    if not settings.on:
+        raise UserActionRequired(f"--catalog {path}: its field 'catalog' names no catalog")
+    return settings
