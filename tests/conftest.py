@@ -173,3 +173,17 @@ def catalog_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     name = f"catalog_{uuid.uuid4().hex[:12]}"
     server.create_database(name)
     return str(server.url(name))
+
+
+@pytest.fixture(scope="session")
+def glue_endpoint() -> Iterator[str]:
+    """AWS Glue's API as moto's server mode serves it on 127.0.0.1: the only Glue that runs here."""
+    from moto.server import ThreadedMotoServer
+
+    from tests.s3server import free_port
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()

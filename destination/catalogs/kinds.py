@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from destination.catalogs.follow import Registry
-from destination.catalogs.settings import SQL, CatalogSettings
+from destination.catalogs.settings import GLUE, SQL, CatalogSettings
 from destination.errors import UserActionRequired
 from destination.table_store.options import FORMATS_FIELD, ICEBERG, StoreOptions
 from destination.table_store.store import FollowCommit
@@ -15,6 +15,10 @@ def open_registry(settings: CatalogSettings) -> Registry:
         from destination.catalogs.sql import SqlCatalog, sql_keeps
 
         return Registry(SqlCatalog(settings.name, settings.uri), sql_keeps)
+    if settings.kind == GLUE:
+        from destination.catalogs.glue import GlueCatalog, glue_keeps
+
+        return Registry(GlueCatalog(settings), glue_keeps)
     raise ValueError(f"no catalog of kind {settings.kind!r}")
 
 

@@ -10,7 +10,7 @@ from destination.storage.base import StorageSpec
 
 CATALOG_FIELD = "catalog"
 NO_CATALOG, SQL, GLUE = "none", "sql", "glue"
-KINDS = (NO_CATALOG, SQL)
+KINDS = (NO_CATALOG, SQL, GLUE)
 URI_FIELD = "catalog_uri"
 NAME_FIELD = "catalog_name"
 GLUE_REGION_FIELD = "glue_region"

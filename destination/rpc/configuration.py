@@ -7,6 +7,7 @@ import re
 from destination.catalogs.settings import (
     CATALOG_FIELD,
     DEFAULT_CATALOG_NAME,
+    GLUE,
     GLUE_ENDPOINT_FIELD,
     GLUE_KEY_FIELD,
     GLUE_REGION_FIELD,
@@ -139,8 +140,7 @@ def catalog_form_fields() -> list[common.FormField]:
         dropdown_field=common.DropdownField(dropdown_field=list(KINDS)),
         description="Register every table in a catalog and keep its entry on the latest version: none (default), "
                     "sql (Iceberg's JDBC catalog tables in SQLite or PostgreSQL) or glue (AWS Glue).")
-    del glue
-    return [dropdown, shown_for(SQL, sql)]
+    return [dropdown, shown_for(SQL, sql), shown_for(GLUE, glue)]
 
 
 def field_names(fields: list[common.FormField]) -> list[str]:
