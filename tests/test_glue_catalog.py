@@ -3,17 +3,26 @@ every commit moves the table's ICEBERG entry (previous location kept, columns cu
 reads the latest version and the one before by time travel, a drop removes the entry; on local disk and S3."""
 from __future__ import annotations
 
+import uuid
+from pathlib import Path
 from typing import Any
 
 import boto3
+import pytest
 
+from destination.catalogs.base import catalog_name
+from destination.catalogs.glue import glue_keeps
 from destination.catalogs.kinds import follow_hook
 from destination.catalogs.settings import CatalogSettings
-from destination.storage.base import Storage
+from destination.storage.base import Storage, open_storage
 from destination.table_formats.iceberg import file_io_properties
 from destination.table_store.options import TABLE_FORMATS
 from destination.table_store.store import TableStore
+from destination.tester.harness import Harness
+from tests.conftest import spec_of
+from tests.lake_readers import rows
 from tests.test_catalogs import metadata_of, named_appender
+from tests.test_table_formats import TESTER_INPUTS, columns_in, records_rows
 from tests.test_table_store import SCHEMA, appender
 
 KEY, SECRET = "glue-tests-key", "glue-tests-secret"
@@ -51,3 +60,28 @@ def test_the_glue_entry_follows_commits_and_drops(storage: Storage, glue_endpoin
     assert sorted(table.scan(snapshot_id=1).to_arrow().column("id").to_pylist()) == [0, 1, 2]
     store.drop(SCHEMA, "events")
     assert [t["Name"] for t in glue.get_tables(DatabaseName=DATABASE)["TableList"]] == ["other"]
+
+
+@pytest.mark.parametrize("path", TESTER_INPUTS, ids=lambda p: p.stem)
+def test_every_tester_table_is_found_through_glue_at_its_latest_version(  # type: ignore[no-untyped-def]
+        grpc_server, configuration, glue_endpoint: str, tmp_path: Path, path: Path) -> None:
+    schema = f"tester_{uuid.uuid4().hex[:8]}"  # one Glue database per run: the moto server is shared
+    configuration = {**configuration, "catalog": "glue", "glue_endpoint": glue_endpoint, "glue_region": "us-east-1",
+                     "glue_access_key_id": KEY, "glue_secret_access_key": SECRET}
+    harness = Harness(grpc_server, schema, configuration, plain_text=False, batch_file_type="csv", workdir=tmp_path)
+    harness.run_file(path)
+    assert harness.failures == 0
+    storage = open_storage(spec_of(configuration))
+    store = TableStore(storage)
+    names = store.list_tables(schema)
+    assert names
+    catalog = pyiceberg_glue(storage, glue_endpoint)
+    mapped = {catalog_name(n, glue_keeps, "table"): n for n in names}
+    assert sorted(t for _, t in catalog.list_tables(schema)) == sorted(mapped)  # drops and renames followed
+    for glue_name, name in mapped.items():
+        latest = store.load(schema, name)
+        assert latest is not None
+        table = catalog.load_table((schema, glue_name))
+        assert table.metadata_location == storage.url(f"{latest.prefix}/metadata/v{latest.version}.metadata.json")
+        columns = columns_in(latest.table, "iceberg")
+        assert rows(table.scan().to_arrow(), columns) == rows(records_rows(storage, latest), columns), name
