@@ -399,3 +399,34 @@ def test_serve_catches_up_the_tables_of_its_root_at_start(tmp_path: Path) -> Non
     assert delta_table(storage.spec, storage.url(prefix)).version() == 2
     assert entry(storage, uri) == metadata_of(storage, 2)
     assert [m for m in server.messages() if "0 failed" in m["message"]]
+
+
+def test_the_form_shows_each_kinds_fields_only_when_it_is_chosen_and_credentials_as_passwords() -> None:
+    from destination.catalogs.kinds import check_store_options
+    from destination.catalogs.settings import catalog_settings
+    from destination.errors import UserActionRequired
+    from destination.protocol import common
+    from destination.rpc.configuration import configuration_form, known_fields, unknown_fields_message
+    from destination.table_store.options import store_options
+
+    fields = {f.name: f for f in configuration_form().fields}
+    assert list(fields["catalog"].dropdown_field.dropdown_field) == ["none", "sql", "glue"]
+    assert fields["catalog"].default_value == "none"
+    shown = {f.conditional_fields.condition.string_value: {g.name: g for g in f.conditional_fields.fields}
+             for f in fields.values() if f.HasField("conditional_fields")}
+    assert set(shown) == {"sql", "glue"}
+    assert all(f.conditional_fields.condition.condition_field == "catalog"
+               for f in fields.values() if f.HasField("conditional_fields"))
+    assert shown["sql"]["catalog_uri"].text_field == common.TextField.Password
+    assert shown["glue"]["glue_secret_access_key"].text_field == common.TextField.Password
+    assert {"catalog", "catalog_uri", "catalog_name", "glue_region"} <= set(known_fields())
+    assert unknown_fields_message({"catalog": "sql", "catalog_uri": "sqlite://"}) is None
+    with pytest.raises(UserActionRequired, match="'catalog': 'hive' is not one of none, sql, glue"):
+        catalog_settings({"catalog": "hive"})
+    with pytest.raises(UserActionRequired, match="'catalog_uri' is empty"):
+        catalog_settings({"catalog": "sql"})
+    settings = catalog_settings({"catalog": "sql", "catalog_uri": "postgresql+psycopg://u:secret-pw@h/db"})
+    assert "secret-pw" not in repr(settings)
+    with pytest.raises(UserActionRequired, match="must include iceberg"):
+        check_store_options(settings, store_options({"table_formats": "delta"}, False))
+    assert check_store_options(settings, store_options({"retention_versions": "1"}, False)).retention.keep_versions == 2
