@@ -22,7 +22,8 @@ def _serve(args: argparse.Namespace) -> int:
         raise UserActionRequired(f"{problem}: name a directory (created when missing) or s3://bucket/prefix")
     logs.configure_library_logging()
     options = server_options(root=args.root, batch_file_format=args.batch_file_format, spark_master=args.spark_master,
-                             metrics_port=args.metrics_port, spark_ui_port=args.spark_ui_port)
+                             metrics_port=args.metrics_port, spark_ui_port=args.spark_ui_port,
+                             catalog_file=args.catalog)
     return serve(options, args.port)
 
 
@@ -68,12 +69,14 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _formats(args: argparse.Namespace) -> int:
+    from destination.catalogs.settings import catalog_from_file
     from destination.commands.formats import formats_command
     from destination.commands.inspection import open_root
     from destination.table_store.options import FORMATS_FIELD, table_formats
 
     names = table_formats({FORMATS_FIELD: args.formats})
-    return formats_command(open_root(args.root, _s3_options(args)), args.table, names, args.rebuild)
+    storage = open_root(args.root, _s3_options(args))
+    return formats_command(storage, args.table, names, args.rebuild, catalog_from_file(args.catalog, storage.spec))
 
 
 def _s3_options(args: argparse.Namespace) -> dict[str, str]:
@@ -104,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--metrics-port", type=port_number,
                        help="serve Prometheus /metrics and the status page on this HTTP port (default: off; 9464 is "
                             "Prometheus' usual one)")
+    serve.add_argument("--catalog", metavar="CONFIGURATION_JSON",
+                       help="at start-up, also move the catalog entries of the --root's tables in this configuration "
+                            "file's catalog (as `formats --catalog`); the formats are caught up either way")
     serve.add_argument("--spark-ui-port", type=port_number,
                        help="turn Spark's own web UI on, on this port (default: off)")
     serve.set_defaults(func=_serve)
@@ -161,6 +167,10 @@ def build_parser() -> argparse.ArgumentParser:
                                              "table) up to its committed versions; --rebuild writes it anew")
     formats.add_argument("table", nargs="?", help="SCHEMA.TABLE (default: every table under the root)")
     formats.add_argument("--formats", default="delta,iceberg", help="delta,iceberg (default), delta or iceberg")
+    formats.add_argument("--catalog", metavar="CONFIGURATION_JSON",
+                         help="also register each table in (or move its entry to the latest version of) the catalog "
+                              "of this configuration file (the connector's fields: catalog, catalog_uri, …; a file "
+                              "keeps the credentials off the command line)")
     formats.add_argument("--rebuild", action="store_true", help="clear the formats' folders first (_delta_log/, "
                                                                 "_change_data/, metadata/) and write every retained "
                                                                 "version again")

@@ -52,13 +52,15 @@ class ServerOptions:
     port_file: str | None = None  # a file the server writes its gRPC port into (the Docker HEALTHCHECK reads it)
     # where a large write's sorted runs are staged in Spark's local mode (removed after each job)
     scratch_dir: str = os.path.join(tempfile.gettempdir(), "records-destination-scratch")
+    catalog_file: str | None = None  # `serve --catalog`: the catalog the start-up catch-up moves entries in
 
 
 def server_options(*, root: str, batch_file_format: str, spark_master: str, metrics_port: int | None = None,
-                   spark_ui_port: int | None = None, environ: Mapping[str, str] = os.environ) -> ServerOptions:
+                   spark_ui_port: int | None = None, catalog_file: str | None = None,
+                   environ: Mapping[str, str] = os.environ) -> ServerOptions:
     """The command line's options with the tuning variables of the environment."""
     return ServerOptions(root=root, batch_file_format=batch_file_format, spark_master=spark_master,
-                         metrics_port=metrics_port, spark_ui_port=spark_ui_port,
+                         metrics_port=metrics_port, spark_ui_port=spark_ui_port, catalog_file=catalog_file,
                          progress_interval=float(environ.get(PROGRESS_INTERVAL_ENV) or PROGRESS_INTERVAL),
                          metrics_tables=max(1, int(environ.get(METRICS_TABLES_ENV) or METRICS_TABLES)),
                          status_refresh=float(environ.get(STATUS_REFRESH_ENV) or STATUS_REFRESH),

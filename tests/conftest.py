@@ -167,3 +167,38 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
         else:
             item.add_marker(pytest.mark.unit)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[Any]:
+    """A PostgreSQL server on 127.0.0.1 (tests/postgres.py), the team catalog's database."""
+    from tests.postgres import start_postgres
+
+    server = start_postgres()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def catalog_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh, empty `sql` catalog database: SQLite in a file, or a new PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'catalog.db'}"
+    server = request.getfixturevalue("postgres_server")
+    name = f"catalog_{uuid.uuid4().hex[:12]}"
+    server.create_database(name)
+    return str(server.url(name))
+
+
+@pytest.fixture(scope="session")
+def glue_endpoint() -> Iterator[str]:
+    """AWS Glue's API as moto's server mode serves it on 127.0.0.1: the only Glue that runs here."""
+    from moto.server import ThreadedMotoServer
+
+    from tests.s3server import free_port
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()

@@ -1,17 +1,28 @@
 """`records-destination formats`: bring the Delta Lake and Iceberg metadata of existing tables up to their committed
 versions, or rebuild it from them (`--rebuild`: the formats' folders are cleared first). Run it when no server is
-writing the tables: a write in between would be caught up by the next write anyway."""
+writing the tables: a write in between would be caught up by the next write anyway. `--catalog FILE` also registers
+every table in the catalog of a configuration file, or moves its entry to the latest version."""
 from __future__ import annotations
 
+from destination.catalogs.follow import point_entry
+from destination.catalogs.kinds import open_registry
+from destination.catalogs.settings import CatalogSettings
 from destination.errors import DestinationError
 from destination.storage.base import Storage
 from destination.table_formats.sync import bring_up_to_date, formats_named, oldest_retained
-from destination.table_formats.version import LakeVersion
+from destination.table_formats.version import ICEBERG, LakeVersion
 from destination.table_store.store import TableStore
 
 
-def formats_command(storage: Storage, name: str | None, formats: tuple[str, ...], rebuild: bool) -> int:
+def formats_command(storage: Storage, name: str | None, formats: tuple[str, ...], rebuild: bool,
+                    catalog: CatalogSettings | None = None) -> int:
+    """`catalog`: also register each table there, or move its entry to the latest version (a catalog added
+    later, or an entry left behind by an outage)."""
     store = TableStore(storage)
+    registry = open_registry(catalog) if catalog is not None else None
+    if registry is not None and ICEBERG not in formats:
+        print("error: --catalog registers the Iceberg tables: --formats must include iceberg")
+        return 2
     tables = [tuple(name.split(".", 1))] if name else [(s, t) for s in store.list_schemas() for t in store.list_tables(s)]
     if any(len(t) != 2 for t in tables):
         print(f"error: {name!r} is not SCHEMA.TABLE")
@@ -33,6 +44,9 @@ def formats_command(storage: Storage, name: str | None, formats: tuple[str, ...]
             for fmt in chosen:
                 done = bring_up_to_date(store, prefix, fmt, latest, oldest, built)
                 print(f"{schema}.{table}: {fmt.name} at version {latest.version} ({done} version(s) written)")
+            if registry is not None:
+                named = point_entry(registry, storage, prefix, schema, latest.table)
+                print(f"{schema}.{table}: {registry.catalog.described} entry at version {named}")
         except DestinationError as exc:
             print(f"{schema}.{table}: error: {exc}")
             failed += 1

@@ -4,6 +4,20 @@ from __future__ import annotations
 
 import re
 
+from destination.catalogs.settings import (
+    CATALOG_FIELD,
+    DEFAULT_CATALOG_NAME,
+    GLUE,
+    GLUE_ENDPOINT_FIELD,
+    GLUE_KEY_FIELD,
+    GLUE_REGION_FIELD,
+    GLUE_SECRET_FIELD,
+    KINDS,
+    NAME_FIELD,
+    NO_CATALOG,
+    SQL,
+    URI_FIELD,
+)
 from destination.changes.settings import FORMATS, FULL, IMAGES, OFF
 from destination.errors import UserActionRequired
 from destination.placement import TARGET_FILE_BYTES
@@ -22,6 +36,7 @@ from destination.table_store.options import (
 
 TEST_STORAGE = "storage"
 TEST_SPARK = "spark"
+TEST_CATALOG = "catalog"
 
 
 def configuration_form() -> common.ConfigurationFormResponse:
@@ -79,15 +94,68 @@ def configuration_form() -> common.ConfigurationFormResponse:
                                      "the change data feed when changes are on) and of an Iceberg table "
                                      "(metadata/) at the table's folder: delta,iceberg (default), delta, "
                                      "iceberg or none."),
+        *catalog_form_fields(),
     ]
     tests = [common.ConfigurationTest(name=TEST_STORAGE, label="Writing, reading and deleting a probe object"),
-             common.ConfigurationTest(name=TEST_SPARK, label="Running a Spark job")]
+             common.ConfigurationTest(name=TEST_SPARK, label="Running a Spark job"),
+             common.ConfigurationTest(name=TEST_CATALOG, label="Reading the catalog (when one is chosen)")]
     return common.ConfigurationFormResponse(schema_selection_supported=False, table_selection_supported=False,
                                             fields=fields, tests=tests)
 
 
+def catalog_form_fields() -> list[common.FormField]:
+    """The `catalog` dropdown, then each kind's fields as ConditionalFields shown only when that kind is chosen."""
+    text = common.TextField
+
+    def shown_for(kind: str, fields: list[common.FormField]) -> common.FormField:
+        return common.FormField(name=f"{CATALOG_FIELD}_{kind}", label=f"{kind} catalog", required=False,
+                                conditional_fields=common.ConditionalFields(
+                                    condition=common.VisibilityCondition(condition_field=CATALOG_FIELD,
+                                                                         string_value=kind),
+                                    fields=fields))
+
+    sql = [
+        common.FormField(name=URI_FIELD, label="Catalog database (SQLAlchemy URL)", required=True,
+                         text_field=text.Password,
+                         description="Where Iceberg's JDBC catalog tables are: sqlite:////path/catalog.db on one "
+                                     "machine, postgresql+psycopg://user:password@host:5432/db for a team. Spark, "
+                                     "Trino and Flink read the same tables with their JDBC catalog."),
+        common.FormField(name=NAME_FIELD, label="Catalog name", required=False, text_field=text.PlainText,
+                         default_value=DEFAULT_CATALOG_NAME,
+                         description="The catalog_name the entries are written under (a JDBC catalog reads the "
+                                     "entries of its own name)."),
+    ]
+    glue = [
+        common.FormField(name=GLUE_REGION_FIELD, label="Glue region", required=False, text_field=text.PlainText,
+                         description="Empty: the S3 region."),
+        common.FormField(name=GLUE_ENDPOINT_FIELD, label="Glue endpoint", required=False, text_field=text.PlainText,
+                         description="Empty: AWS's endpoint for the region."),
+        common.FormField(name=GLUE_KEY_FIELD, label="Glue access key id", required=False, text_field=text.PlainText,
+                         description="Empty: the S3 credentials."),
+        common.FormField(name=GLUE_SECRET_FIELD, label="Glue secret access key", required=False,
+                         text_field=text.Password, description="Empty: the S3 secret."),
+    ]
+    dropdown = common.FormField(
+        name=CATALOG_FIELD, label="Catalog", required=False, default_value=NO_CATALOG,
+        dropdown_field=common.DropdownField(dropdown_field=list(KINDS)),
+        description="Register every table in a catalog and keep its entry on the latest version: none (default), "
+                    "sql (Iceberg's JDBC catalog tables in SQLite or PostgreSQL) or glue (AWS Glue).")
+    return [dropdown, shown_for(SQL, sql), shown_for(GLUE, glue)]
+
+
+def field_names(fields: list[common.FormField]) -> list[str]:
+    """The names a configuration can carry: the fields, and those inside their ConditionalFields."""
+    names: list[str] = []
+    for f in fields:
+        if f.HasField("conditional_fields"):
+            names.extend(field_names(list(f.conditional_fields.fields)))
+        else:
+            names.append(f.name)
+    return names
+
+
 def known_fields() -> list[str]:
-    return [f.name for f in configuration_form().fields]
+    return field_names(list(configuration_form().fields))
 
 
 def unknown_fields_message(configuration: dict[str, str]) -> str | None:

@@ -11,6 +11,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from destination import logs
+from destination.catalogs.settings import CatalogSettings, catalog_from_file
+from destination.catalogs.startup import start_catch_up
 from destination.protocol import sdk, sdk_grpc
 from destination.rpc.activity import RootLister
 from destination.rpc.configuration import storage_spec
@@ -86,8 +88,14 @@ def write_port_file(path: str | None, port: int) -> None:
         logs.warning(f"cannot write the port file {path}: {exc.strerror or exc}")
 
 
+def _catalog_of(options: ServerOptions) -> CatalogSettings:
+    """`serve --catalog`'s settings (none: the start-up catch-up moves no entry)."""
+    return catalog_from_file(options.catalog_file, storage_spec({}, options)) or CatalogSettings()
+
+
 def serve(options: ServerOptions, port: int) -> int:
     logs.set_process_context(account_name=options.account_name, group_name=options.group_name)
+    catalog = _catalog_of(options)  # a bad file stops the start, before the port is taken
     server, health_servicer, service, bound = build_server(options, port)
     status = start_status(options, service, options.metrics_port) if options.metrics_port is not None else None
     server.start()
@@ -109,6 +117,8 @@ def serve(options: ServerOptions, port: int) -> int:
                             [spark_check(service.spark), root_check(storage_spec({}, options))],
                             check_interval(options.health_interval))
     monitor.start()
+    start_catch_up(open_storage(storage_spec({}, options)), catalog,
+                   lambda schema, table: service.locks.hold(options.root, schema, table), stopping)
     # with a timeout: the process's signal may be delivered to another thread (gRPC's, Arrow's, a write's pool),
     # and then only the main thread's return to the interpreter runs the handler; an untimed wait never returns
     while not stopping.wait(0.5):

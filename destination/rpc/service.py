@@ -20,6 +20,8 @@ from typing import Any
 import grpc
 
 from destination import logs, phases
+from destination.catalogs.kinds import check_store_options, follow_hook, open_registry
+from destination.catalogs.settings import CatalogSettings, catalog_settings
 from destination.changes.settings import change_settings
 from destination.conversion import failure_summary
 from destination.errors import (
@@ -33,6 +35,7 @@ from destination.errors import (
 )
 from destination.protocol import common, sdk, sdk_grpc
 from destination.rpc.configuration import (
+    TEST_CATALOG,
     TEST_SPARK,
     TEST_STORAGE,
     configuration_form,
@@ -45,7 +48,6 @@ from destination.rpc.proto_convert import file_format, table_from_proto, table_t
 from destination.settings import ServerOptions
 from destination.storage.base import StorageSpec, open_storage
 from destination.storage.s3 import transient_error
-from destination.table_formats.sync import FollowFormats, formats_named
 from destination.table_model import DELETED
 from destination.table_store.options import StoreOptions, store_options
 from destination.table_store.store import AlreadyApplied, TableLocks, TableStore
@@ -84,7 +86,7 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
         self.locks = TableLocks()
-        self._stores: dict[tuple[StorageSpec, StoreOptions], TableStore] = {}
+        self._stores: dict[tuple[StorageSpec, StoreOptions, CatalogSettings], TableStore] = {}
         self._stores_lock = threading.Lock()
         self._warned_configurations: set[str] = set()
         self.observer = Observer(options)
@@ -101,14 +103,14 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         self._warn_unknown_fields(config)
         spec = storage_spec(config, self.options)
         changes = change_settings(config)
-        stored = store_options(config, spec.is_s3)
+        catalog = catalog_settings(config, spec.s3_region, spec.access_key_id, spec.secret_access_key)
+        stored = check_store_options(catalog, store_options(config, spec.is_s3))
         with self._stores_lock:
-            store = self._stores.get((spec, stored))
+            store = self._stores.get((spec, stored, catalog))
             if store is None:
-                store = self._stores[(spec, stored)] = TableStore(
+                store = self._stores[(spec, stored, catalog)] = TableStore(
                     open_storage(spec), stored.retention, observer=self.observer.commit_observer(spec.root),
-                    layout=stored.layout, copies=SparkCopies(self.spark),
-                    follow=FollowFormats(formats_named(stored.formats)) if stored.formats else None)
+                    layout=stored.layout, copies=SparkCopies(self.spark), follow=follow_hook(stored.formats, catalog))
         placement = PlacementSettings(target_file_bytes=target_file_bytes(config), scratch=self._scratch())
         return Backend(store, WritePath(store, self.spark, changes, self.options.small_request_bytes, placement))
 
@@ -139,6 +141,8 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         try:
             if request.name == TEST_STORAGE:
                 self._test_storage(request.configuration)
+            elif request.name == TEST_CATALOG:
+                self._test_catalog(request.configuration)
             elif request.name == TEST_SPARK:
                 if trivial_job(self.spark()) != 4950:
                     raise DestinationError("the trivial Spark job returned a wrong result")
@@ -152,6 +156,14 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
             return common.TestResponse(failure=f"{type(exc).__name__}: {scrub(str(exc))}")
         logs.info(f"[Test] {request.name}: succeeded in {time.monotonic() - started:.2f}s")
         return common.TestResponse(success=True)
+
+    def _test_catalog(self, configuration: Any) -> None:
+        """Read an entry of the configured catalog (none: nothing to test)."""
+        config = dict(configuration)
+        spec = storage_spec(config, self.options)
+        settings = catalog_settings(config, spec.s3_region, spec.access_key_id, spec.secret_access_key)
+        if settings.on:
+            open_registry(settings).catalog.location("fivetran_probe", "fivetran_probe")
 
     def _test_storage(self, configuration: Any) -> None:
         storage = self.backend(configuration).store.storage
@@ -218,6 +230,7 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         current = backend.store.load(schema, table)
         if current is None:
             return sdk.DescribeTableResponse(not_found=True), "not found"
+        backend.store.follow_up(current)  # formats and catalog left behind by a crash or an outage
         return sdk.DescribeTableResponse(table=table_to_proto(current.table)), f"version {current.version}"
 
     @_rpc("CreateTable", sdk.CreateTableResponse, lambda r: (r.schema_name, r.table.name))
@@ -227,6 +240,9 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         if created:
             return sdk.CreateTableResponse(success=True), f"created with {len(definition.columns)} columns"
         if not difference:
+            latest = backend.store.load(schema, table)
+            if latest is not None:  # a retry: its first try may have died before the formats and the catalog
+                backend.store.follow_up(latest)
             return sdk.CreateTableResponse(success=True), "already exists with this definition"
         raise UserActionRequired(f"the table already exists with another definition: {difference}. "
                                  "Use AlterTable, or drop the table first")
@@ -266,6 +282,9 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
                 outcome = backend.writer.write_batch(schema, table, staged_plan, rpc)
         except AlreadyApplied as done:
             self.observer.retried()
+            latest = backend.store.load(schema, table)
+            if latest is not None:  # the first try may have died between its commit and the formats/catalog
+                backend.store.follow_up(latest)
             return (sdk.WriteBatchResponse(success=True),
                     f"{len(plan.files)} files already applied in version {done.version} (retried request)")
         if staged_plan is not plan:  # files staged for a cluster's executors: the copy's time is the write's too

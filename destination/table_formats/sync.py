@@ -55,6 +55,9 @@ class FollowFormats:
                 followed = False
         return followed
 
+    def dropped(self, store: TableStore, schema: str, table: str) -> None:
+        """The formats' metadata is in the table's folder: dropped with it."""
+
 
 def bring_up_to_date(store: TableStore, prefix: str, fmt: TableFormat, latest: TableVersion,
                      oldest_retained: int, built: dict[int, LakeVersion] | None = None) -> int:

@@ -106,6 +106,9 @@ class FollowCommit(Protocol):
 
     def __call__(self, store: TableStore, prefix: str, committed: TableVersion, oldest_retained: int) -> bool: ...
 
+    def dropped(self, store: TableStore, schema: str, table: str) -> None:
+        """The table is about to be dropped (its catalog entry goes first: destination/catalogs/follow.py)."""
+
 
 class RequestIdentity(Protocol):
     """A write request's identity, recorded with the version it commits so that its retry is recognised
@@ -422,20 +425,42 @@ class TableStore:
             except Exception:  # AlreadyApplied included: nothing to commit
                 self._abandon(prefix, target, claim)
                 raise
-            with phases.timed("commit"):
-                self._finish(prefix, committed)
+            try:
+                with phases.timed("commit"):
+                    self._finish(prefix, committed)
+            except Exception as exc:  # a catalog fault after the commit: the version stands, reported below
+                followed: Exception | None = exc
+            else:
+                followed = None
             carried = {f.name for f in pending.carried}
             written = tuple(f for f in committed.files if f.name not in carried)
             self._observer(CommitEvent(schema, table, committed, written,
                                        sum(1 for f in base.files if f.name not in carried) if base else 0,
                                        len(conflicts) + 1, len(conflicts)))
+            if followed is not None:
+                raise followed
             return committed
         self._observer(CommitEvent(schema, table, None, attempts=len(conflicts), conflicts=len(conflicts)))
         raise CommitConflict(f"{prefix!r}: gave up after {len(conflicts)} commit conflicts (last: {conflicts[-1]})")
 
     def drop(self, schema: str, table: str) -> None:
         """Remove a table entirely (Migrate drop_table, replacing a copy target)."""
+        if self._follow is not None:
+            self._follow.dropped(self, schema, table)
         self.storage.delete_prefix(self.table_prefix(schema, table))
+
+    def follow_up(self, latest: TableVersion) -> None:
+        """Run the `follow` hook (and retention) on the latest committed version, as after its commit: a writer
+        that died between its records commit and the hook's work (or a catalog outage) left them behind, and a
+        retried request answered "already applied" commits nothing that would catch them up."""
+        follow = self._follow
+        if follow is not None:
+            self.collect_garbage(latest.prefix, latest.version,
+                                 before_retiring=lambda oldest: follow(self, latest.prefix, latest, oldest))
+
+    def fault_point(self, step: str) -> None:
+        """A named step of a commit's work, where tests inject a crash (the store's `fault` hook)."""
+        self._fault(step)
 
     # ---- protocol steps ----------------------------------------------------------------------
 

@@ -1,0 +1,112 @@
+"""The catalog step after each records commit: the formats follow the commit (destination/table_formats/sync.py),
+then the table's catalog entry is moved to the newest Iceberg metadata file (registered when it has none). The same
+step catches up an entry left behind (a crash between the records commit and the entry's move, a catalog outage):
+after the next commit of the table, on the next request for it (destination/rpc/service.py), at the server's
+start and by `records-destination formats --catalog`.
+
+Retention never deletes the metadata file an entry names, nor the data files of its snapshot: the formats retire
+no version at or after the one the entry names, and while the entry is behind the oldest version retention would
+keep (or the catalog cannot be read), nothing retires.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from destination import logs
+from destination.catalogs.base import Catalog, catalog_name
+from destination.storage.base import Storage
+from destination.table_formats.iceberg import METADATA, IcebergFormat
+from destination.table_model import TableDef
+from destination.table_store.store import FollowCommit, TableStore, TableVersion
+
+KEEP_ALL = 1  # the oldest version the formats are told to keep while the entry's version is unknown: every one
+
+
+@dataclass(frozen=True)
+class Registry:
+    """A catalog and the name rule of its kind (`keeps`: the characters its names hold as they are)."""
+
+    catalog: Catalog
+    keeps: Callable[[str], bool]
+
+    def names(self, schema: str, table: str) -> tuple[str, str]:
+        return (catalog_name(schema, self.keeps, "schema name"), catalog_name(table, self.keeps, "table name"))
+
+
+def metadata_location(storage: Storage, prefix: str, version: int) -> str:
+    return storage.url(f"{prefix}/{METADATA}/v{version}.metadata.json")
+
+
+def named_version(location: str | None, storage: Storage, prefix: str) -> int | None:
+    """The records version of the table's metadata file `location` names; None: no entry, or one naming a file
+    that is not this table's."""
+    if location is None:
+        return None
+    folder = storage.url(f"{prefix}/{METADATA}").rstrip("/") + "/v"
+    number = location[len(folder):-len(".metadata.json")] if location.startswith(folder) else ""
+    return int(number) if number.isdigit() and location.endswith(".metadata.json") else None
+
+
+def point_entry(registry: Registry, storage: Storage, prefix: str, schema: str, table: TableDef) -> int | None:
+    """Move the table's entry to the newest Iceberg metadata file, or register it; never back to an older one (a
+    writer ahead moved it). Returns the version the entry names afterwards (None: no metadata file yet)."""
+    last = IcebergFormat().last_version(storage, prefix)
+    if last is None:
+        return None
+    catalog = registry.catalog
+    namespace, name = registry.names(schema, table.name)
+    location = metadata_location(storage, prefix, last)
+    for _ in range(3):  # another writer may move the entry between our read and our move
+        current = catalog.location(namespace, name)
+        named = named_version(current, storage, prefix)
+        if current == location or (named is not None and named > last):
+            return named
+        if current is None:
+            catalog.register(namespace, name, location, table)
+            continue  # read back: registered by us, or by another writer meanwhile
+        if catalog.advance(namespace, name, location, current, table):
+            logs.info(f"{schema}.{table.name}: {catalog.described} entry moved to version {last}")
+            return last
+    return named_version(catalog.location(namespace, name), storage, prefix)
+
+
+class FollowCatalog:
+    """The store's `follow` hook with a catalog: the formats' hook (None: formats off but Iceberg's, which the
+    catalog reads), then the entry's move. A catalog fault is raised after the formats followed (the records
+    version stands; the request answers UNAVAILABLE or a Task, and its retry catches the entry up)."""
+
+    def __init__(self, formats: FollowCommit, registry: Registry) -> None:
+        self.formats = formats
+        self.registry = registry
+
+    def __call__(self, store: TableStore, prefix: str, committed: TableVersion, oldest_retained: int) -> bool:
+        catalog = self.registry.catalog
+        namespace, name = self.registry.names(committed.schema, committed.table.name)
+        fault: Exception | None = None
+        try:
+            named = named_version(catalog.location(namespace, name), store.storage, prefix)
+            kept = oldest_retained if named is None else min(oldest_retained, named)
+        except Exception as exc:  # unknown: keep every version the catalog might name; raised below
+            fault, kept = exc, KEEP_ALL
+        followed = self.formats(store, prefix, committed, kept)
+        if fault is None:
+            store.fault_point("before_catalog")
+            try:
+                point_entry(self.registry, store.storage, prefix, committed.schema, committed.table)
+            except Exception as exc:
+                fault = exc
+        if fault is not None:
+            logs.warning(f"{committed.schema}.{committed.table.name}: version {committed.version} is committed but "
+                         f"the {catalog.described} entry was not moved to it ({fault}); the next request for the "
+                         "table, or `records-destination formats --catalog`, moves it")
+            raise fault
+        return followed and kept >= oldest_retained
+
+    def dropped(self, store: TableStore, schema: str, table: str) -> None:
+        """The table is being dropped: its entry goes first (a reader never finds an entry naming deleted files;
+        a fault leaves the table as it was, for the retry)."""
+        self.formats.dropped(store, schema, table)
+        namespace, name = self.registry.names(schema, table)
+        self.registry.catalog.drop(namespace, name)
+        logs.info(f"{schema}.{table}: {self.registry.catalog.described} entry dropped")

@@ -1,0 +1,123 @@
+"""The `glue` catalog: AWS Glue's Iceberg tables, as pyiceberg's GlueCatalog (and Athena, Spark's GlueCatalog,
+Trino's glue metastore) read them: a table of `table_type` ICEBERG whose `metadata_location` names the current
+metadata file and `previous_metadata_location` the one before, with the current schema's columns.
+
+Written with boto3 rather than pyiceberg's GlueCatalog: its `register_table` and `commit_table` read or write the
+metadata file themselves (commit writes a new one from a list of updates), while ours is already written
+(destination/table_formats/iceberg.py). The move is what GlueCatalog's commit does inside: `update_table` with the
+new parameters and the `VersionId` read with the old ones (Glue's optimistic concurrency: another writer's move in
+between fails it with ConcurrentModificationException).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from destination.catalogs.base import with_retries
+from destination.catalogs.settings import CatalogSettings
+from destination.table_model import TableDef
+
+TRANSIENT_CODES = {"ThrottlingException", "InternalServiceException", "OperationTimeoutException",
+                   "ServiceUnavailableException", "ResourceNumberLimitExceededException"}
+REFUSED_CODES = {"AccessDeniedException", "UnrecognizedClientException", "InvalidSignatureException",
+                 "SignatureDoesNotMatch", "ExpiredTokenException", "InvalidClientTokenId", "AccessDenied"}
+
+
+def classify(exc: Exception) -> str | None:
+    from botocore.exceptions import ClientError, ConnectionError, EndpointConnectionError, NoCredentialsError
+
+    if isinstance(exc, NoCredentialsError):
+        return "refused"
+    if isinstance(exc, EndpointConnectionError | ConnectionError):
+        return "transient"
+    if isinstance(exc, ClientError):
+        code = exc.response.get("Error", {}).get("Code", "")
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        if code in REFUSED_CODES or status in (401, 403):
+            return "refused"
+        if code in TRANSIENT_CODES or status >= 500:
+            return "transient"
+    return None
+
+
+def glue_keeps(ch: str) -> bool:
+    """Glue (and Athena) hold lower-case letters, digits and `_` in database and table names."""
+    return ch.isascii() and (ch.islower() or ch.isdigit() or ch == "_")
+
+
+class GlueCatalog:
+    """The Catalog protocol (base.py) over AWS Glue's Data Catalog."""
+
+    def __init__(self, settings: CatalogSettings) -> None:
+        import boto3
+        import botocore.config
+
+        self.described = f"glue catalog ({settings.region}{', ' + settings.endpoint if settings.endpoint else ''})"
+        self._client: Any = boto3.client(
+            "glue", region_name=settings.region, endpoint_url=settings.endpoint or None,
+            aws_access_key_id=settings.access_key_id or None,
+            aws_secret_access_key=settings.secret_access_key or None,
+            config=botocore.config.Config(retries={"max_attempts": 1}, connect_timeout=5, read_timeout=30))
+
+    def _call(self, action: Any) -> Any:
+        return with_retries(self.described, classify, action)
+
+    def _get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return dict(self._client.get_table(DatabaseName=namespace, Name=name)["Table"])
+        except self._client.exceptions.EntityNotFoundException:
+            return None
+
+    def location(self, namespace: str, name: str) -> str | None:
+        table = self._call(lambda: self._get(namespace, name))
+        return None if table is None else (table.get("Parameters") or {}).get("metadata_location")
+
+    def _input(self, name: str, location: str, previous: str | None, table: TableDef) -> dict[str, Any]:
+        from destination.table_formats.iceberg import iceberg_type
+
+        folder = location.rsplit("/metadata/", 1)[0]
+        parameters = {"table_type": "ICEBERG", "metadata_location": location}
+        if previous:
+            parameters["previous_metadata_location"] = previous
+        columns = [{"Name": c.name, "Type": str(t), "Comment": c.ddl()[:255]}
+                   for c in table.columns if (t := iceberg_type(c)) is not None]
+        return {"Name": name, "TableType": "EXTERNAL_TABLE", "Parameters": parameters,
+                "StorageDescriptor": {"Location": folder, "Columns": columns}}
+
+    def register(self, namespace: str, name: str, location: str, table: TableDef) -> None:
+        client = self._client
+
+        def register() -> None:
+            try:
+                client.create_database(DatabaseInput={"Name": namespace})
+            except client.exceptions.AlreadyExistsException:
+                pass
+            try:
+                client.create_table(DatabaseName=namespace, TableInput=self._input(name, location, None, table))
+            except client.exceptions.AlreadyExistsException:  # registered meanwhile: the caller reads it again
+                pass
+        self._call(register)
+
+    def advance(self, namespace: str, name: str, location: str, previous: str, table: TableDef) -> bool:
+        client = self._client
+
+        def swap() -> bool:
+            current = self._get(namespace, name)
+            if current is None or (current.get("Parameters") or {}).get("metadata_location") != previous:
+                return False
+            try:
+                client.update_table(DatabaseName=namespace, TableInput=self._input(name, location, previous, table),
+                                    VersionId=current["VersionId"])
+            except client.exceptions.ConcurrentModificationException:
+                return False
+            return True
+        return bool(self._call(swap))
+
+    def drop(self, namespace: str, name: str) -> None:
+        client = self._client
+
+        def drop() -> None:
+            try:
+                client.delete_table(DatabaseName=namespace, Name=name)
+            except client.exceptions.EntityNotFoundException:
+                pass
+        self._call(drop)

@@ -1,0 +1,47 @@
+"""The catalog of a configuration, opened (one per distinct settings, kept by the server's stores)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from destination.catalogs.follow import Registry
+from destination.catalogs.settings import GLUE, SQL, CatalogSettings
+from destination.errors import UserActionRequired
+from destination.table_store.options import FORMATS_FIELD, ICEBERG, StoreOptions
+from destination.table_store.store import FollowCommit
+
+
+def open_registry(settings: CatalogSettings) -> Registry:
+    if settings.kind == SQL:
+        from destination.catalogs.sql import SqlCatalog, sql_keeps
+
+        return Registry(SqlCatalog(settings.name, settings.uri), sql_keeps)
+    if settings.kind == GLUE:
+        from destination.catalogs.glue import GlueCatalog, glue_keeps
+
+        return Registry(GlueCatalog(settings), glue_keeps)
+    raise ValueError(f"no catalog of kind {settings.kind!r}")
+
+
+def check_store_options(settings: CatalogSettings, options: StoreOptions) -> StoreOptions:
+    """A catalog registers the Iceberg table: Iceberg must be followed. The entry names the previous version's
+    metadata file while the next one commits, so at least two versions are kept (retention_versions 1 → 2)."""
+    if not settings.on:
+        return options
+    if ICEBERG not in options.formats:
+        raise UserActionRequired(f"configuration field 'catalog' is {settings.kind!r}: the catalog registers the "
+                                 f"Iceberg table, so {FORMATS_FIELD!r} must include iceberg")
+    if options.retention.keep_versions < 2:
+        return replace(options, retention=replace(options.retention, keep_versions=2))
+    return options
+
+
+def follow_hook(formats: tuple[str, ...], settings: CatalogSettings) -> FollowCommit | None:
+    """The store's `follow` hook: the formats, then the catalog's entry when one is configured."""
+    from destination.table_formats.sync import FollowFormats, formats_named
+
+    hook = FollowFormats(formats_named(formats)) if formats else None
+    if hook is None or not settings.on:
+        return hook
+    from destination.catalogs.follow import FollowCatalog
+
+    return FollowCatalog(hook, open_registry(settings))
