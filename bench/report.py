@@ -327,7 +327,7 @@ FLEET_CALLS_TARGET, FLEET_P95_TARGET = 15.0, 1.0  # at 8 in flight: calls/s ≥,
 FLEET_S3_TARGET = 2.0  # S3's p50 at 1 in flight ≤ this × local's
 FLEET_START, FLEET_END = "<!-- fleet:start -->", "<!-- fleet:end -->"
 FLEET_PHASE_ORDER = ("load", "decode", "spark_scheduling", "tasks", "spark_results", "commit", "metadata",
-                     "change_files", "delta", "iceberg", "retention", "other", "seconds")
+                     "change_files", "delta", "iceberg", "catalog", "retention", "other", "seconds")
 
 
 def _level(result: dict[str, Any], in_flight: int) -> dict[str, Any] | None:

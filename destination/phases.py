@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 # the fixed set of phase names (a metric label or a log field never takes another)
 PHASES = ("load", "decode", "spark_scheduling", "tasks", "spark_results", "commit", "metadata", "change_files",
-          "delta", "iceberg", "retention")
+          "delta", "iceberg", "catalog", "retention")
 
 
 @dataclass

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from destination import logs
+from destination import logs, phases
 from destination.catalogs.base import Catalog, catalog_name
 from destination.storage.base import Storage
 from destination.table_formats.iceberg import METADATA, IcebergFormat
@@ -85,7 +85,8 @@ class FollowCatalog:
         namespace, name = self.registry.names(committed.schema, committed.table.name)
         fault: Exception | None = None
         try:
-            named = named_version(catalog.location(namespace, name), store.storage, prefix)
+            with phases.timed("catalog"):
+                named = named_version(catalog.location(namespace, name), store.storage, prefix)
             kept = oldest_retained if named is None else min(oldest_retained, named)
         except Exception as exc:  # unknown: keep every version the catalog might name; raised below
             fault, kept = exc, KEEP_ALL
@@ -93,7 +94,8 @@ class FollowCatalog:
         if fault is None:
             store.fault_point("before_catalog")
             try:
-                point_entry(self.registry, store.storage, prefix, committed.schema, committed.table)
+                with phases.timed("catalog"):
+                    point_entry(self.registry, store.storage, prefix, committed.schema, committed.table)
             except Exception as exc:
                 fault = exc
         if fault is not None:
