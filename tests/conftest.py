@@ -146,7 +146,8 @@ SERVER_FIXTURES = ("stub", "grpc_server", "grpc_endpoint")  # a server called ov
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark each test by what it needs: Spark (the session, the in-process server, a `serve` process: the `serve`
-    marker, which tests/serverproc.py insists on), S3 (the SeaweedFS server, the s3 backend); and by tier: `e2e` (a
+    marker, which tests/serverproc.py insists on; or a `spark` marker set by hand, for a Spark driver process of
+    the test's own), S3 (the SeaweedFS server, the s3 backend); and by tier: `e2e` (a
     server called over a socket), `integration` (real Spark or S3, no server), `unit` (neither). `-m unit` (the same
     as `-m "not spark and not s3"`) selects the quick tests."""
     for item in items:
@@ -155,7 +156,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         serve = item.get_closest_marker("serve") is not None
         if serve:
             serverproc.SERVE_MARKED.add(item.nodeid)
-        spark = "spark" in names or "iceberg_java" in names or serve  # iceberg_java: Spark 3.5 with Iceberg's Java library
+        # iceberg_java: Spark 3.5 with Iceberg's Java library; a `spark` marker set by hand counts too
+        spark = "spark" in names or "iceberg_java" in names or serve or item.get_closest_marker("spark") is not None
         s3 = "s3_server" in names or params.get("configuration") == "s3"
         if spark:
             item.add_marker(pytest.mark.spark)

@@ -74,10 +74,9 @@ def run_units(spark: SparkSession, task: Callable[[JobContext, U], R], ctx: JobC
     """One task per unit (bucket or file); results come back in unit order."""
     if not units:
         return []
-    sc = spark.sparkContext
     indexed = list(enumerate(units))
     submitted = time.time()
-    timed = _collect(sc, description, lambda: sc.parallelize(indexed, numSlices=len(indexed))
+    timed = _collect(spark, description, lambda sc: sc.parallelize(indexed, numSlices=len(indexed))
                      .map(partial(_timed_unit, partial(run_unit, task, ctx))).collect())
     phases.spark_job(submitted, [(start, end) for _pair, start, end in timed], time.time())
     return _results([pair for pair, _start, _end in timed])
@@ -97,31 +96,33 @@ def run_shuffled(spark: SparkSession, map_task: Callable[[JobContext, U], Iterab
     results come back in key order."""
     if not units:
         return []
-    sc = spark.sparkContext
-    pairs = _collect(sc, description, lambda: sc.parallelize(list(units), numSlices=len(units))
+    pairs = _collect(spark, description, lambda sc: sc.parallelize(list(units), numSlices=len(units))
                      .flatMap(partial(map_unit, map_task, ctx)).partitionBy(partitions, _key_is_partition)
                      .mapPartitions(partial(reduce_partition, reduce_task, ctx)).collect())
     return _results(pairs)
 
 
-def _collect(sc: SparkContext, description: str, job: Callable[[], T]) -> T:
+def _collect(spark: SparkSession, description: str, job: Callable[[SparkContext], T]) -> T:
     """Run `job` in a job group of its own. When it fails, return only after its other tasks have stopped:
     they may still be writing files into the version the caller is about to clean up (and retry). A job that
     failed because the JVM died is SparkUnavailable (retryable: the next job gets a new session); any other
-    failure of Spark itself is SparkJobFailed."""
+    failure of Spark itself is SparkJobFailed. Whatever the job's PySpark calls raise once the JVM is gone (a
+    refused connection, or an AttributeError on the context the health check has already stopped), including the
+    call that names the job group, counts as the JVM's death when `spark`'s JVM died."""
+    sc = spark.sparkContext
     group = uuid.uuid4().hex
-    sc.setJobGroup(group, description)
-    progress.job_group_started(group)
     kind = job_kind(description)
     started = time.monotonic()
     try:
-        result = job()
+        sc.setJobGroup(group, description)
+        progress.job_group_started(group)
+        result = job(sc)
         metrics.SPARK_JOB_SECONDS.labels(kind).observe(time.monotonic() - started)
         return result
     except Exception as exc:
         metrics.SPARK_JOBS_FAILED.labels(kind).inc()
         _wait_for_tasks(sc, group)
-        if discard_if_dead():
+        if discard_if_dead(spark):
             raise SparkUnavailable("the Spark JVM stopped during the job (killed or out of memory); "
                                    "a new Spark session is starting, retry the request") from exc
         raise SparkJobFailed(f"the Spark job {description!r} failed: {type(exc).__name__}") from exc

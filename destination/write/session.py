@@ -1,7 +1,8 @@
 """The server's one long-lived SparkSession (driver side), with the settings the platform notes found necessary.
 
 The JVM behind it can die (killed, out of memory). `get_session` notices that and starts a new one; PySpark keeps
-the dead gateway in class attributes and would reuse it, so `_discard` resets them.
+the dead gateway in class attributes and would reuse it, so `_discard` resets them. A session is only ever replaced
+because its JVM died, so a job whose session is no longer the current one ran on a dead JVM (`discard_if_dead`).
 """
 from __future__ import annotations
 
@@ -10,14 +11,17 @@ import sys
 import threading
 
 from pyspark import SparkContext
+from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
+from destination.errors import SparkUnavailable
 from destination.settings import DRIVER_MEMORY
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entrant: tests/jvm_deaths.py holds it across a restart, as the health check does
 _session: SparkSession | None = None
 _DIED = "the Spark JVM has stopped (killed or out of memory)"
 _died = False  # the last session's JVM died and no new one has started yet
+GATEWAY_EXITED = "JAVA_GATEWAY_EXITED"  # PySpark's error when spark-submit exits before handing over its port
 
 SETTINGS = {
     "spark.sql.session.timeZone": "UTC",
@@ -63,7 +67,13 @@ def get_session(master: str = "local[*]", driver_memory: str = DRIVER_MEMORY,
             _discard(_session)
             _session, _died = None, True
         if _session is None:
-            _session = _start(master, driver_memory, {**_event_log(event_log), **_web_ui(ui_port)})
+            try:
+                _session = _start(master, driver_memory, {**_event_log(event_log), **_web_ui(ui_port)})
+            except PySparkRuntimeError as exc:
+                if exc.getCondition() != GATEWAY_EXITED:
+                    raise
+                raise SparkUnavailable("the new Spark JVM exited before it started (spark-submit failed; the health "
+                                       "check tries again), retry the request") from exc
             _died = False
         return _session
 
@@ -103,13 +113,17 @@ def spark_problem() -> str | None:
         return None
 
 
-def discard_if_dead() -> bool:
-    """After a failed job: drop the session when its JVM died (True), so the next job starts a new one."""
+def discard_if_dead(session: SparkSession) -> bool:
+    """After a job on `session` failed: True when its JVM died, and the session is dropped so the next job starts a
+    new one. The job's own session is judged, not the current one: the health check (or another request) may have
+    dropped it, or started its successor, before the job's thread got here; it was dead then too."""
     global _session, _died
     with _lock:
-        if _session is None or is_alive(_session):
+        if session is not _session:
+            return True
+        if is_alive(session):
             return False
-        _discard(_session)
+        _discard(session)
         _session, _died = None, True
         return True
 
