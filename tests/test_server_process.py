@@ -116,7 +116,8 @@ def test_sigterm_lets_the_call_in_flight_finish(server_process, tmp_path: Path) 
     assert response.WhichOneof("response") == "success"  # type: ignore[attr-defined]
     assert result["at"] > signalled  # it was still running when the signal came, and it finished
     lines = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-    assert all({"level", "message", "message-origin"} <= set(e) <= {"level", "message", "message-origin", "schema", "table"}
+    fields = {"level", "message", "message-origin", "schema", "table", "seconds", "phases"}  # the last two: a request's final line
+    assert all({"level", "message", "message-origin"} <= set(e) <= fields
                and e["message-origin"] == "sdk_destination"
                and e["level"] in ("INFO", "WARNING", "SEVERE") for e in lines)
     messages = " ".join(e["message"] for e in lines)
