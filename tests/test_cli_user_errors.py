@@ -98,6 +98,7 @@ def test_tester_reports_an_input_file_that_is_not_json(grpc_server: str, tmp_pat
     source = tmp_path / "inputs"
     source.mkdir()
     (source / "broken.json").write_text("{")
+    (tmp_path / "root").mkdir()
     (source / "configuration.json").write_text(json.dumps({"root": str(tmp_path / "root")}))
     done = run("tester", "--input", str(source), "--address", grpc_server)
     assert done.returncode == 1, done

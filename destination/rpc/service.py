@@ -44,6 +44,7 @@ from destination.rpc.observe import Observer, result_of
 from destination.rpc.proto_convert import file_format, table_from_proto, table_to_proto
 from destination.settings import ServerOptions
 from destination.storage.base import StorageSpec, open_storage
+from destination.storage.local import root_problem
 from destination.storage.s3 import transient_error
 from destination.table_formats.sync import FollowFormats, formats_named
 from destination.table_model import DELETED
@@ -153,15 +154,23 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         return common.TestResponse(success=True)
 
     def _test_storage(self, configuration: Any) -> None:
+        """Write, read back and delete a probe object directly under the root, leaving the root as it was found:
+        a local root that does not exist is a failure naming it, not created (nor are its parents)."""
+        spec = storage_spec(dict(configuration), self.options)
+        problem = None if spec.is_s3 else root_problem(spec.root)
+        if problem is not None:
+            raise UserActionRequired(problem)
         storage = self.backend(configuration).store.storage
-        probe = f"_probe/{uuid.uuid4().hex}"
+        probe = f".probe-{uuid.uuid4().hex}"
         payload = os.urandom(64)
-        storage.write_bytes(probe, payload)
-        try:
-            if storage.read_bytes(probe) != payload:
-                raise UserActionRequired(f"the probe object read back from {storage.url(probe)} differs from what was written")
-        finally:
-            storage.delete(probe)
+        with storage.probing_root():
+            storage.write_bytes(probe, payload)
+            try:
+                if storage.read_bytes(probe) != payload:
+                    raise UserActionRequired(f"the probe object read back from {storage.url(probe)} differs from what "
+                                             "was written")
+            finally:
+                storage.delete(probe)
 
     # ---- table RPCs ------------------------------------------------------------------------
 
