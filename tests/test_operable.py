@@ -20,7 +20,7 @@ import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from destination.protocol import sdk_grpc
+from destination.protocol import common, sdk, sdk_grpc
 from destination.rpc.server import start_status
 from destination.rpc.service import DestinationService
 from destination.storage.base import open_storage
@@ -124,6 +124,28 @@ def test_metrics_count_what_a_tester_run_did(grpc_server: str, status_url: str, 
     assert written_rows > 0
     assert delta(before, after, "records_destination_batch_rows_total", rpc="WriteBatch") == written_rows
     assert value(after, "process_resident_memory_bytes") > 0
+
+
+def test_requests_total_counts_the_rpcs_without_a_table(grpc_server: str, status_url: str, tmp_path: Path) -> None:
+    """Every RPC answered is counted: ConfigurationForm, Test (a failure as `task`) and Capabilities too, with an
+    empty `table` label; the calls made here are the oracle."""
+    stub = sdk_grpc.DestinationConnectorStub(grpc.insecure_channel(grpc_server))
+    before = scrape(status_url)
+    for _ in range(2):
+        stub.ConfigurationForm(common.ConfigurationFormRequest())
+    stub.Capabilities(sdk.CapabilitiesRequest())
+    assert stub.Test(common.TestRequest(name="storage", configuration={"root": str(tmp_path)})).success
+    for missing in ("a", "b", "c"):
+        assert stub.Test(common.TestRequest(name="storage", configuration={"root": str(tmp_path / missing)})).failure
+    after = scrape(status_url)
+    counted = {(rpc, result): delta(before, after, "records_destination_requests_total", rpc=rpc, table="",
+                                    result=result)
+               for rpc in ("ConfigurationForm", "Capabilities", "Test") for result in ("success", "task")}
+    assert counted == {("ConfigurationForm", "success"): 2, ("ConfigurationForm", "task"): 0,
+                       ("Capabilities", "success"): 1, ("Capabilities", "task"): 0,
+                       ("Test", "success"): 1, ("Test", "task"): 3}
+    recorded = [r["rpc"] for r in json.loads(get(f"{status_url}/api/status")[1])["requests"]][:7]
+    assert sorted(recorded) == ["Capabilities", "ConfigurationForm", "ConfigurationForm", "Test", "Test", "Test", "Test"]
 
 
 def test_table_label_is_bounded_to_the_most_recently_active_tables() -> None:
