@@ -245,6 +245,42 @@ def test_status_page_in_headless_chromium(grpc_server: str, status_url: str, tmp
     assert (tmp_path / "phone.png").stat().st_size > 5000  # not a blank image
 
 
+class CountingHarness(Harness):
+    """The tester, keeping the row figure it reports for each WriteHistoryBatch ("users (3 rows)")."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.history_rows: list[int] = []
+
+    def report(self, rpc: str, target: str, outcome: str, ok: bool) -> None:
+        if rpc == "WriteHistoryBatch":
+            self.history_rows.append(int(target.rsplit("(", 1)[1].split()[0]))
+        super().report(rpc, target, outcome, ok)
+
+
+@pytest.mark.parametrize("path", ["decoded on the driver", "decoded in tasks"])
+def test_status_page_counts_history_rows_as_the_tester_and_lists_requests_before_tables(
+        grpc_server: str, status_url: str, server_options: Any, tmp_path: Path, path: str) -> None:
+    if path == "decoded in tasks":
+        server_options(small_request_bytes=0)  # every request takes the staged path (write_path._merge_staged)
+    (tmp_path / "batches").mkdir()
+    schema = f"hist_rows_{path.split()[-1]}"
+    harness = CountingHarness(grpc_server, schema, {"root": str(tmp_path)}, False, "csv", tmp_path / "batches")
+    grpc.channel_ready_future(harness.channel).result(timeout=60)
+    harness.run_file(INPUT.parent / "input_history_mode.json")
+    assert harness.failures == 0 and harness.history_rows
+    with chromium(1280, 900) as browser:
+        browser.get(f"{status_url}/")
+        shown = [row.find_elements("tag name", "td") for row in
+                 browser.find_element("id", "requests").find_elements("tag name", "tr")]
+        figures = [int(cells[4].text) for cells in shown
+                   if len(cells) > 4 and cells[1].text == "WriteHistoryBatch" and cells[2].text.startswith(f"{schema}.")]
+        assert figures[::-1] == harness.history_rows  # the page lists the newest first
+        # what an operator looks for first comes first: running requests, then the last requests, then the tables
+        tops = [browser.find_element("id", name).location["y"] for name in ("running", "requests", "tables")]
+        assert tops == sorted(tops), tops
+
+
 def test_status_page_and_metrics_endpoints_answer(status_url: str) -> None:
     content_type, text = get(f"{status_url}/metrics")
     assert content_type.startswith("text/plain") and "records_destination_requests_total" in text

@@ -101,8 +101,8 @@ class Observer:
 
     def written(self, rpc: str, work: RequestWork, table: TableDef, outcome: Outcome) -> None:
         """A write's rows, conversion failures (by column type) and Spark task seconds."""
-        work.rows = outcome.rows
-        metrics.BATCH_ROWS.labels(rpc).inc(outcome.rows)
+        work.rows = outcome.data_rows
+        metrics.BATCH_ROWS.labels(rpc).inc(outcome.data_rows)
         for (column, _change, _reason), count in outcome.failures_by_column.items():
             metrics.CONVERSION_FAILURES.labels(_column_type(table, column)).inc(count)
         metrics.SPARK_TASK_SECONDS.labels(rpc).inc(outcome.timings.get("task_s", 0.0)

@@ -293,7 +293,7 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
             self.observer.written(rpc, work, current.table, outcome)
         for failure, count in sorted(outcome.failures_by_column.items()):
             logs.warning(f"[{rpc}] {schema}.{table}: {failure_summary(failure, count)}")
-        return sdk.WriteBatchResponse(success=True), (f"{outcome.rows} rows from {len(plan.files)} files: "
+        return sdk.WriteBatchResponse(success=True), (f"{outcome.data_rows} rows from {len(plan.files)} files: "
                                                       f"{outcome.counts}, version {outcome.version} "
                                                       f"({outcome.timing_text()})")
 
