@@ -23,6 +23,13 @@ from destination.table_store.datafiles import DataFile
 FILE_KINDS = ("earliest", "replace", "update", "delete")
 
 
+def data_rows(kind: str, rows: int) -> int:
+    """A batch file's rows as a request's rows count them: those of its replace, update and delete files. A history
+    request's earliest-start rows only say where each key's new versions begin (the figure Fivetran's tester reports
+    for a request leaves them out too)."""
+    return 0 if kind == "earliest" else rows
+
+
 @dataclass(frozen=True, kw_only=True)
 class JobContext:
     """What every task of one job shares: where to read and write, and the definition of the new version."""
@@ -216,16 +223,18 @@ class DecodedCounts:
     rows: int
     failures_by_column: dict[FailureKey, int]
     seconds: float
+    data_rows: int  # rows counted as the request's (data_rows)
 
 
 @dataclass(frozen=True, kw_only=True)
 class RequestCounts:
     """A whole request's account, summed over its files."""
 
-    rows: int = 0
+    rows: int = 0  # every row read, earliest-start rows included
     files: int = 0
     failures_by_column: dict[FailureKey, int] = field(default_factory=dict)
     decode_seconds: float | None = None  # where the files were decoded in tasks of their own
+    data_rows: int = 0  # the rows of the replace, update and delete files (data_rows)
 
 
 @dataclass(frozen=True, kw_only=True)

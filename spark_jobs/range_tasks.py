@@ -34,7 +34,7 @@ from destination.storage.base import Storage, open_storage
 from destination.table_model import TableDef
 from destination.table_store.datafiles import DataFile, align, read_data_file, write_sorted_files
 from destination.table_store.locations import file_dir
-from spark_jobs.contracts import DecodedCounts, FilesWritten, JobContext, RangeUnit, RunSource, SortedRun
+from spark_jobs.contracts import DecodedCounts, FilesWritten, JobContext, RangeUnit, RunSource, SortedRun, data_rows
 from spark_jobs.history import merge_history_rows
 from spark_jobs.merge import merge_rows
 from spark_jobs.operations import KEY, OP, OP_REPLACE, SEQ, file_operations, from_ipc, replace_operations
@@ -60,7 +60,8 @@ def sort_run_task(ctx: JobContext, unit: RunSource) -> SortedRun:
     rows = sorted_rows(pa.concat_tables(ops.parts), table_def, extra=(SEQ,)) if ops.parts else None
     run = _stage(_scratch(ctx), unit.run_path, rows, table_def, compression)
     return replace(run, counts=DecodedCounts(rows=ops.rows, failures_by_column=ops.failures_by_column,
-                                             seconds=time.perf_counter() - started))
+                                             seconds=time.perf_counter() - started,
+                                             data_rows=data_rows(unit.ref.kind, ops.rows)))
 
 
 def _stage(storage: Storage, path: str, rows: pa.Table | None, table_def: TableDef,

@@ -1,4 +1,4 @@
-"""A headless Chromium (Debian's `chromium` and `chromium-driver`, which scripts/bootstrap installs) driven through
+"""A headless Chromium (Debian's `chromium` and `chromium-driver`, which scripts/bootstrap --test installs) driven through
 Selenium, for the status page's tests. Selenium is given the driver's path, so it never downloads one."""
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 def chromium(width: int, height: int) -> Iterator[Any]:
     """A headless Chromium window of width × height CSS pixels (a fresh profile, removed afterwards)."""
     if shutil.which(CHROMIUM) is None or shutil.which(CHROMEDRIVER) is None:
-        pytest.fail("Chromium is missing: scripts/bootstrap installs Debian's chromium and chromium-driver")
+        pytest.fail("Chromium is missing: scripts/bootstrap --test installs Debian's chromium and chromium-driver")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 

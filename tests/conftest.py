@@ -58,7 +58,9 @@ def configuration(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, s
     chosen = layout_option(request.config)
     extra = {LAYOUT_FIELD: chosen} if chosen else {}
     if request.param == "local":
-        return {"root": str(tmp_path / "root"), **extra}
+        root = tmp_path / "root"
+        root.mkdir()  # as a user creates it: the storage Test creates no folder
+        return {"root": str(root), **extra}
     server = request.getfixturevalue("s3_server")
     return {**s3_configuration(server, f"t-{uuid.uuid4().hex[:12]}"), **extra}
 

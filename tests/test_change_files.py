@@ -3,7 +3,9 @@
 (crashes, failures, retries), retention keeps the changes, and bad settings are a Task naming the field."""
 from __future__ import annotations
 
+import base64
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -244,14 +246,14 @@ def test_the_changes_command(stub, tmp_path: Path, capsys, changes: dict[str, st
     write(stub, configuration, "c", t, tmp_path, replace=[{"id": "1", "v": "a3"}, {"id": "3", "v": "c"}])  # v4
     listed = jsonl(capsys, "c.t", "--from-version", "2", "--root", root)
     assert [(r["_commit_version"], r["_change_type"], r["id"]) for r in listed] == [
-        ("3", "delete", "2"), ("3", "update_preimage", "1"), ("3", "update_postimage", "1"),
-        ("4", "update_preimage", "1"), ("4", "update_postimage", "1"), ("4", "insert", "3")]
+        (3, "delete", 2), (3, "update_preimage", 1), (3, "update_postimage", 1),
+        (4, "update_preimage", 1), (4, "update_postimage", 1), (4, "insert", 3)]
     net = jsonl(capsys, "c.t", "--from-version", "2", "--net", "--root", root)
     assert sorted((r["_change_type"], r["id"], r["v"]) for r in net) == [
-        ("delete", "2", "b"), ("insert", "3", "c"), ("update_postimage", "1", "a3"), ("update_preimage", "1", "a")]
+        ("delete", 2, "b"), ("insert", 3, "c"), ("update_postimage", 1, "a3"), ("update_preimage", 1, "a")]
     net_from_start = jsonl(capsys, "c.t", "--from-version", "0", "--net", "--root", root)  # across the create snapshot
-    assert sorted((r["_change_type"], r["id"], r["v"]) for r in net_from_start) == [("insert", "1", "a3"),
-                                                                                    ("insert", "3", "c")]
+    assert sorted((r["_change_type"], r["id"], r["v"]) for r in net_from_start) == [("insert", 1, "a3"),
+                                                                                    ("insert", 3, "c")]
     code, lines = run_cli(capsys, "c.t", "--from-version", "3", "--to-version", "9", "--root", root)
     assert code == 2 and "latest version" in lines[0]
 
@@ -264,3 +266,39 @@ def test_the_changes_command_names_a_version_without_change_files(stub, tmp_path
     code, lines = run_cli(capsys, "c.t", "--from-version", "0", "--root", root)
     assert code == 1 and "version 2 has no change files" in lines[0]
     assert rows_of({"root": root}, "c", "t")[0]["v"] == "a"
+
+
+def test_the_changes_command_writes_json_types(stub, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """Each value of `--output jsonl` is the JSON type of its column, compared with the Parquet change files as
+    pyarrow reads them: numbers, true/false, null; non-finite floats, decimals, times and bytes as exact text."""
+    root = str(tmp_path / "root")
+    configuration = {"root": root, "changes": "parquet"}
+    t = table("t", [("id", "LONG", True), ("b", "BOOLEAN"), ("f", "DOUBLE"), ("d", "DECIMAL", False, (12, 3)),
+                    ("s", "STRING"), ("ts", "UTC_DATETIME"), ("bin", "BINARY")])
+    create(stub, configuration, "j", t)  # v1
+    rows = [{"id": "1", "b": "true", "f": "1.5", "d": "123456789.125", "s": "x", "ts": "2024-01-02T03:04:05.123456Z",
+             "bin": "aGk="},
+            {"id": "2", "b": "false", "f": "NaN", "d": "-0.001", "s": None, "ts": None, "bin": None},
+            {"id": "3", "b": None, "f": "-Infinity", "d": None, "s": "", "ts": "1970-01-01T00:00:00Z", "bin": ""},
+            {"id": "4", "b": "true", "f": None, "d": "0.000", "s": "4", "ts": None, "bin": None}]
+    write(stub, configuration, "j", t, tmp_path, replace=rows)  # v2
+    listed = jsonl(capsys, "j.t", "--from-version", "1", "--root", root)
+    storage = open_storage(spec_of(configuration))
+    prefix = TableStore(storage).table_prefix("j", "t")
+    directory = layout.changes_dir(prefix, 2)
+    import pyarrow.parquet as pq  # the oracle: the change files themselves
+    stored = [pq.read_table(storage.arrow_path(f"{directory}/{name}"), filesystem=storage.arrow_fs).to_pylist()
+              for name in storage.list_children(directory) if name.endswith(".parquet")]
+    expected = sorted((r for part in stored for r in part), key=lambda r: r["id"])
+    assert len(listed) == len(expected) == 4
+    for got, want in zip(sorted(listed, key=lambda r: r["id"]), expected, strict=True):
+        assert got["_commit_version"] == 2 and got["_change_type"] == "insert"
+        assert got["id"] == want["id"] and type(got["id"]) is int
+        assert got["b"] is want["b"]  # true/false/null, not "true"
+        f = want["f"]
+        assert got["f"] == (None if f is None else "NaN" if math.isnan(f) else "-Infinity" if f == -math.inf else f)
+        assert got["d"] == (None if want["d"] is None else str(want["d"]))  # exact, at its scale
+        assert got["s"] == want["s"]
+        ts = want["ts"]
+        assert got["ts"] == (None if ts is None else ts.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+        assert got["bin"] == (None if want["bin"] is None else base64.b64encode(want["bin"]).decode())

@@ -88,7 +88,7 @@ def test_tables_show_and_changes_on_both_backends(stub, configuration, tmp_path:
     text = run_command(configuration, "changes", "inspect.t", "--from-version", "2", "--to-version", "3",
                        "--output", "jsonl").stdout
     events = sorted((e["_change_type"], e["id"], e["v"], e["_commit_version"]) for e in map(json.loads, text.splitlines()))
-    assert events == [("update_postimage", "1", "renamed", "3"), ("update_preimage", "1", "v1", "3")]
+    assert events == [("update_postimage", 1, "renamed", 3), ("update_preimage", 1, "v1", 3)]
 
 
 @pytest.mark.parametrize("configuration", ["local"], indirect=True)

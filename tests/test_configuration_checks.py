@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from destination.protocol import common, sdk
-from tests.conftest import s3_configuration
+from destination.storage.base import open_storage
+from tests.conftest import s3_configuration, spec_of
 from tests.rpc_helpers import table
 from tests.test_write_path import SYS
 
@@ -22,7 +23,7 @@ def create_answer(stub, configuration: dict[str, str]) -> sdk.CreateTableRespons
 
 
 def test_an_unknown_field_is_a_warning_naming_it_and_the_known_ones(stub, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    answer = storage_test(stub, {"root": str(tmp_path / "root"), "rooot": str(tmp_path / "typo")})
+    answer = storage_test(stub, {"root": str(tmp_path), "rooot": str(tmp_path / "typo")})
     assert answer.success, answer
     assert ("configuration field(s) 'rooot' unknown and ignored; the known fields are root, s3_endpoint, s3_region, "
             "aws_access_key_id, aws_secret_access_key, target_file_size, changes") in capsys.readouterr().out
@@ -64,3 +65,45 @@ def test_https_to_a_plain_http_endpoint_says_so_in_words(stub, s3_server) -> Non
     configuration["s3_endpoint"] = configuration["s3_endpoint"].replace("http://", "https://")
     failure = storage_test(stub, configuration).failure
     assert "failed the TLS handshake" in failure and "the endpoint does not speak HTTPS (use http://)" in failure, failure
+
+
+def _root_listing(configuration: dict[str, str], s3_server) -> set[str]:  # type: ignore[no-untyped-def]
+    """Every entry under the root and the root's own entry in its parent, as the storage itself lists them (S3: the
+    objects and the 'folders' SeaweedFS's filer keeps; local: files and folders)."""
+    root = configuration["root"]
+    if not root.startswith("s3://"):
+        top = Path(root)
+        below = {str(p.relative_to(top)) for p in top.rglob("*")} if top.is_dir() else set()
+        return below | ({"<root>"} if top.exists() else set())
+    bucket, _, prefix = root[len("s3://"):].partition("/")
+    client = s3_server.client()
+    seen: set[str] = set()
+    for start, delimiter in ((f"{prefix}/", None), (f"{prefix}/", "/"), ("", "/")):
+        kwargs = {"Bucket": bucket, "Prefix": start, **({"Delimiter": delimiter} if delimiter else {})}
+        for page in client.get_paginator("list_objects_v2").paginate(**kwargs):
+            seen |= {o["Key"] for o in page.get("Contents", [])} | {p["Prefix"] for p in page.get("CommonPrefixes", [])}
+    return {name for name in seen if name.startswith(f"{prefix}/") or name == prefix}
+
+
+@pytest.mark.parametrize("state", ["empty", "holding a file"])
+def test_a_storage_test_leaves_the_root_as_it_found_it(stub, configuration, request, state: str) -> None:  # type: ignore[no-untyped-def]
+    s3 = request.getfixturevalue("s3_server") if configuration["root"].startswith("s3://") else None
+    if state == "holding a file":
+        spec = spec_of(configuration)
+        open_storage(spec).write_bytes("kept.txt", b"the user's")
+    before = _root_listing(configuration, s3)
+    answer = storage_test(stub, configuration)
+    assert answer.success, answer
+    assert _root_listing(configuration, s3) == before
+
+
+def test_a_storage_test_of_a_missing_local_folder_creates_nothing_and_says_so(stub, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    for missing in (tmp_path / "absent", tmp_path / "no" / "such" / "chain"):
+        answer = storage_test(stub, {"root": str(missing)})
+        assert answer.failure == (f"the root directory {str(missing)!r} does not exist: create it (the Test creates "
+                                  "nothing), or fix `root`"), answer
+    assert list(tmp_path.iterdir()) == []
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    answer = storage_test(stub, {"root": str(blocker)})
+    assert answer.failure == f"the root directory {str(blocker)!r} is a file, not a folder: fix `root`", answer

@@ -79,6 +79,9 @@ def test_health_is_not_serving_while_the_root_is_not_writable(tmp_path: Path) ->
         server.stop()
     assert _logged(server, "health: SERVING")
     assert len(_logged(server, "cannot create the root")) <= 2  # one line per change (with Spark starting, then alone)
+    # at once: the first check's line, while Spark is still starting, is a WARNING (an INFO line is easily missed)
+    first = next(m for m in server.messages() if "cannot create the root" in m["message"])
+    assert first["level"] == "WARNING" and "Spark is not started yet" in first["message"], first
 
 
 def test_a_killed_spark_jvm_fails_the_write_in_flight_as_retryable_and_is_replaced(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from destination.protocol import sdk_grpc
+from destination.protocol import common, sdk, sdk_grpc
 from destination.rpc.server import start_status
 from destination.rpc.service import DestinationService
 from destination.storage.base import open_storage
@@ -126,6 +126,28 @@ def test_metrics_count_what_a_tester_run_did(grpc_server: str, status_url: str, 
     assert value(after, "process_resident_memory_bytes") > 0
 
 
+def test_requests_total_counts_the_rpcs_without_a_table(grpc_server: str, status_url: str, tmp_path: Path) -> None:
+    """Every RPC answered is counted: ConfigurationForm, Test (a failure as `task`) and Capabilities too, with an
+    empty `table` label; the calls made here are the oracle."""
+    stub = sdk_grpc.DestinationConnectorStub(grpc.insecure_channel(grpc_server))
+    before = scrape(status_url)
+    for _ in range(2):
+        stub.ConfigurationForm(common.ConfigurationFormRequest())
+    stub.Capabilities(sdk.CapabilitiesRequest())
+    assert stub.Test(common.TestRequest(name="storage", configuration={"root": str(tmp_path)})).success
+    for missing in ("a", "b", "c"):
+        assert stub.Test(common.TestRequest(name="storage", configuration={"root": str(tmp_path / missing)})).failure
+    after = scrape(status_url)
+    counted = {(rpc, result): delta(before, after, "records_destination_requests_total", rpc=rpc, table="",
+                                    result=result)
+               for rpc in ("ConfigurationForm", "Capabilities", "Test") for result in ("success", "task")}
+    assert counted == {("ConfigurationForm", "success"): 2, ("ConfigurationForm", "task"): 0,
+                       ("Capabilities", "success"): 1, ("Capabilities", "task"): 0,
+                       ("Test", "success"): 1, ("Test", "task"): 3}
+    recorded = [r["rpc"] for r in json.loads(get(f"{status_url}/api/status")[1])["requests"]][:7]
+    assert sorted(recorded) == ["Capabilities", "ConfigurationForm", "ConfigurationForm", "Test", "Test", "Test", "Test"]
+
+
 def test_table_label_is_bounded_to_the_most_recently_active_tables() -> None:
     from prometheus_client import CollectorRegistry, Counter
 
@@ -221,6 +243,42 @@ def test_status_page_in_headless_chromium(grpc_server: str, status_url: str, tmp
     assert png_size(tmp_path / "phone.png") == PHONE
     assert png_size(tmp_path / "desktop.png")[0] >= 1000
     assert (tmp_path / "phone.png").stat().st_size > 5000  # not a blank image
+
+
+class CountingHarness(Harness):
+    """The tester, keeping the row figure it reports for each WriteHistoryBatch ("users (3 rows)")."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.history_rows: list[int] = []
+
+    def report(self, rpc: str, target: str, outcome: str, ok: bool) -> None:
+        if rpc == "WriteHistoryBatch":
+            self.history_rows.append(int(target.rsplit("(", 1)[1].split()[0]))
+        super().report(rpc, target, outcome, ok)
+
+
+@pytest.mark.parametrize("path", ["decoded on the driver", "decoded in tasks"])
+def test_status_page_counts_history_rows_as_the_tester_and_lists_requests_before_tables(
+        grpc_server: str, status_url: str, server_options: Any, tmp_path: Path, path: str) -> None:
+    if path == "decoded in tasks":
+        server_options(small_request_bytes=0)  # every request takes the staged path (write_path._merge_staged)
+    (tmp_path / "batches").mkdir()
+    schema = f"hist_rows_{path.split()[-1]}"
+    harness = CountingHarness(grpc_server, schema, {"root": str(tmp_path)}, False, "csv", tmp_path / "batches")
+    grpc.channel_ready_future(harness.channel).result(timeout=60)
+    harness.run_file(INPUT.parent / "input_history_mode.json")
+    assert harness.failures == 0 and harness.history_rows
+    with chromium(1280, 900) as browser:
+        browser.get(f"{status_url}/")
+        shown = [row.find_elements("tag name", "td") for row in
+                 browser.find_element("id", "requests").find_elements("tag name", "tr")]
+        figures = [int(cells[4].text) for cells in shown
+                   if len(cells) > 4 and cells[1].text == "WriteHistoryBatch" and cells[2].text.startswith(f"{schema}.")]
+        assert figures[::-1] == harness.history_rows  # the page lists the newest first
+        # what an operator looks for first comes first: running requests, then the last requests, then the tables
+        tops = [browser.find_element("id", name).location["y"] for name in ("running", "requests", "tables")]
+        assert tops == sorted(tops), tops
 
 
 def test_status_page_and_metrics_endpoints_answer(status_url: str) -> None:

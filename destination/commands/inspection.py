@@ -3,6 +3,8 @@ standard AWS environment variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY).""
 from __future__ import annotations
 
 import json
+import math
+from typing import Any
 
 import pyarrow as pa
 
@@ -118,14 +120,30 @@ def show_changes(root: str, name: str, start: int, end: int | None, net: bool, l
     if limit is not None:
         rows = rows.slice(0, limit)
     if output == "jsonl":
-        texts = {n: value_text(rows.column(n)).to_pylist() for n in rows.column_names}
+        values = {n: json_values(rows.column(n)) for n in rows.column_names}
         for i in range(rows.num_rows):
-            print(json.dumps({n: t[i] for n, t in texts.items()}, ensure_ascii=False))
+            print(json.dumps({n: v[i] for n, v in values.items()}, ensure_ascii=False, allow_nan=False))
         return 0
     print(f"{name}: {'net ' if net else ''}changes from version {start} to {end}: {total} rows")
     if rows.num_rows:
         print(rows.to_pandas().to_string(max_colwidth=40))
     return 0
+
+
+_NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
+
+
+def json_values(column: pa.ChunkedArray) -> list[Any]:
+    """A column's values as JSON types: integers as numbers, booleans as true/false, floats as numbers (NaN and
+    ±Infinity, which JSON numbers cannot hold, as the strings "NaN", "Infinity", "-Infinity"), NULL as null; any
+    other type as the exact text of the change files (decimals at their scale, ISO-8601 times, BINARY as base64)."""
+    t = column.type
+    if pa.types.is_integer(t) or pa.types.is_boolean(t):
+        return column.to_pylist()
+    if pa.types.is_floating(t):
+        return [v if v is None or math.isfinite(v) else ("NaN" if math.isnan(v) else _NON_FINITE[v])
+                for v in column.to_pylist()]
+    return value_text(column).to_pylist()
 
 
 def repair_table(root: str, name: str, s3: dict[str, str]) -> int:

@@ -29,7 +29,7 @@ class RequestRecord:
     rpc: str
     table: str  # SCHEMA.TABLE
     seconds: float
-    rows: int  # rows read from batch files (writes)
+    rows: int  # rows of the request's replace, update and delete files (writes; spark_jobs.contracts.data_rows)
     bytes: int  # batch files' bytes as sent (writes)
     result: str  # success | warning | task | error
 

@@ -89,7 +89,10 @@ class HealthMonitor:
     def update(self) -> bool:
         """Check once and publish; try to repair what is wrong. True when a repair ran (check again at once)."""
         failing = [(check, reason) for check in self._checks if (reason := check.problem()) is not None]
-        self._publish("; ".join(reason for _check, reason in failing) or None)
+        # at start only problems a check repairs itself (Spark not started yet) are expected; any other (a root
+        # that cannot be written) is a WARNING from the first check on, so a user at a terminal sees it at once
+        self._publish("; ".join(reason for _check, reason in failing) or None,
+                      repairable=all(check.repair is not None for check, _reason in failing))
         repaired = False
         for check, reason in failing:
             if check.repair is None or self._stopped.is_set():
@@ -106,12 +109,14 @@ class HealthMonitor:
             try:
                 repaired = self.update()
             except Exception as exc:  # a check itself broke: report it rather than a stale SERVING
-                self._publish(f"health check failed: {type(exc).__name__}: {scrub(str(exc))}")
+                self._publish(f"health check failed: {type(exc).__name__}: {scrub(str(exc))}", repairable=False)
                 repaired = False
             if not repaired:
                 self._stopped.wait(self._interval)
 
-    def _publish(self, reason: str | None) -> None:
+    def _publish(self, reason: str | None, repairable: bool = True) -> None:
+        """Set the status; log a change of reason: INFO when expected (starting with problems the checks repair,
+        stopping), else WARNING."""
         with self._publishing:
             if self._stopped.is_set() and reason is None:
                 return
@@ -120,7 +125,7 @@ class HealthMonitor:
             if reason != self._reason:
                 if reason is None:
                     logs.info("health: SERVING")
-                elif self._reason is _STARTING or reason is _STOPPING:  # expected: no warning
+                elif (self._reason is _STARTING and repairable) or reason is _STOPPING:  # expected: no warning
                     logs.info(f"health: NOT_SERVING: {reason}")
                 else:
                     logs.warning(f"health: NOT_SERVING: {reason}")

@@ -23,9 +23,11 @@ LONG_RPCS = frozenset({"WriteBatch", "WriteHistoryBatch", "AlterTable", "Migrate
 
 
 def result_of(response: Any) -> str:
-    """success | warning | task, from a response's `response` field (`unsupported` counts as a warning)."""
-    which = response.WhichOneof("response") if hasattr(response, "WhichOneof") else None
-    if which == "task":
+    """success | warning | task, from a response's `response` field (`unsupported` counts as a warning, a Test's
+    `failure` as a task: the user must act)."""
+    has_oneof = hasattr(response, "DESCRIPTOR") and "response" in response.DESCRIPTOR.oneofs_by_name
+    which = response.WhichOneof("response") if has_oneof else None  # ConfigurationForm's answer has none
+    if which in ("task", "failure"):
         return "task"
     if which in ("warning", "unsupported"):
         return "warning"
@@ -42,13 +44,16 @@ class Observer:
     @contextmanager
     def request(self, rpc: str, schema: str, table: str) -> Iterator[RequestWork]:
         """Around one RPC: its log context, its progress (long RPCs), and afterwards its metrics and record. The
-        caller sets `work.result` from the answer; an exception leaves it `error`."""
+        caller sets `work.result` from the answer; an exception leaves it `error`. An RPC without a table
+        (ConfigurationForm, Test, Capabilities) passes empty names: its `table` label and record are empty."""
+        tabled = bool(schema or table)
         work = RequestWork(rpc, schema, table)
         request_id = next(self._ids)
         metrics.IN_PROGRESS.labels(rpc).inc()
         try:
             with ExitStack() as stack:
-                stack.enter_context(logs.request_scope(schema, table))
+                if tabled:
+                    stack.enter_context(logs.request_scope(schema, table))
                 stack.enter_context(tracked(work))
                 if rpc in LONG_RPCS:
                     stack.enter_context(ProgressReporter(work, self.progress_interval,
@@ -57,10 +62,10 @@ class Observer:
         finally:
             metrics.IN_PROGRESS.labels(rpc).dec()
             seconds = time.monotonic() - work.started
-            label = self.table_labels.label(schema, table)
+            label = self.table_labels.label(schema, table) if tabled else ""
             metrics.REQUESTS.labels(rpc, label, work.result).inc()
             metrics.REQUEST_SECONDS.labels(rpc, label).observe(seconds)
-            self.activity.request_finished(RequestRecord(time.time(), rpc, f"{schema}.{table}", round(seconds, 3),
+            self.activity.request_finished(RequestRecord(time.time(), rpc, label, round(seconds, 3),
                                                          work.rows, work.bytes, work.result))
 
     def commit_observer(self, root: str) -> Callable[[CommitEvent], None]:
@@ -96,8 +101,8 @@ class Observer:
 
     def written(self, rpc: str, work: RequestWork, table: TableDef, outcome: Outcome) -> None:
         """A write's rows, conversion failures (by column type) and Spark task seconds."""
-        work.rows = outcome.rows
-        metrics.BATCH_ROWS.labels(rpc).inc(outcome.rows)
+        work.rows = outcome.data_rows
+        metrics.BATCH_ROWS.labels(rpc).inc(outcome.data_rows)
         for (column, _change, _reason), count in outcome.failures_by_column.items():
             metrics.CONVERSION_FAILURES.labels(_column_type(table, column)).inc(count)
         metrics.SPARK_TASK_SECONDS.labels(rpc).inc(outcome.timings.get("task_s", 0.0)

@@ -47,6 +47,7 @@ from destination.rpc.observe import Observer, result_of
 from destination.rpc.proto_convert import file_format, table_from_proto, table_to_proto
 from destination.settings import ServerOptions
 from destination.storage.base import StorageSpec, open_storage
+from destination.storage.local import root_problem
 from destination.storage.s3 import transient_error
 from destination.table_model import DELETED
 from destination.table_store.options import StoreOptions, store_options
@@ -129,13 +130,29 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
 
     # ---- RPCs without a table ------------------------------------------------------------
 
+    @staticmethod
+    def _observed(name: str) -> Callable[..., Any]:
+        """An RPC without a table, counted and recorded as every RPC is (Observer.request, empty table)."""
+        def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
+            @functools.wraps(method)
+            def run(self: DestinationService, request: Any, context: grpc.ServicerContext) -> Any:
+                with self.observer.request(name, "", "") as work:
+                    answer = method(self, request, context)
+                    work.result = result_of(answer)
+                    return answer
+            return run
+        return wrap
+
+    @_observed("ConfigurationForm")
     def ConfigurationForm(self, request: Any, context: grpc.ServicerContext) -> Any:
         return configuration_form()
 
+    @_observed("Capabilities")
     def Capabilities(self, request: Any, context: grpc.ServicerContext) -> Any:
         fmt = "PARQUET" if self.options.batch_file_format == "parquet" else "CSV"
         return sdk.CapabilitiesResponse(batch_file_format=sdk.BatchFileFormat.Value(fmt))
 
+    @_observed("Test")
     def Test(self, request: Any, context: grpc.ServicerContext) -> Any:
         started = time.monotonic()
         try:
@@ -166,15 +183,23 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
             open_registry(settings).catalog.location("fivetran_probe", "fivetran_probe")
 
     def _test_storage(self, configuration: Any) -> None:
+        """Write, read back and delete a probe object directly under the root, leaving the root as it was found:
+        a local root that does not exist is a failure naming it, not created (nor are its parents)."""
+        spec = storage_spec(dict(configuration), self.options)
+        problem = None if spec.is_s3 else root_problem(spec.root)
+        if problem is not None:
+            raise UserActionRequired(problem)
         storage = self.backend(configuration).store.storage
-        probe = f"_probe/{uuid.uuid4().hex}"
+        probe = f".probe-{uuid.uuid4().hex}"
         payload = os.urandom(64)
-        storage.write_bytes(probe, payload)
-        try:
-            if storage.read_bytes(probe) != payload:
-                raise UserActionRequired(f"the probe object read back from {storage.url(probe)} differs from what was written")
-        finally:
-            storage.delete(probe)
+        with storage.probing_root():
+            storage.write_bytes(probe, payload)
+            try:
+                if storage.read_bytes(probe) != payload:
+                    raise UserActionRequired(f"the probe object read back from {storage.url(probe)} differs from what "
+                                             "was written")
+            finally:
+                storage.delete(probe)
 
     # ---- table RPCs ------------------------------------------------------------------------
 
@@ -293,7 +318,7 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
             self.observer.written(rpc, work, current.table, outcome)
         for failure, count in sorted(outcome.failures_by_column.items()):
             logs.warning(f"[{rpc}] {schema}.{table}: {failure_summary(failure, count)}")
-        return sdk.WriteBatchResponse(success=True), (f"{outcome.rows} rows from {len(plan.files)} files: "
+        return sdk.WriteBatchResponse(success=True), (f"{outcome.data_rows} rows from {len(plan.files)} files: "
                                                       f"{outcome.counts}, version {outcome.version} "
                                                       f"({outcome.timing_text()})")
 

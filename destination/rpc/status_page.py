@@ -107,11 +107,11 @@ def render_index(snapshot: dict[str, Any], spark_ui_url: str | None) -> bytes:
             + _rows(running, ["RPC", "table", "Spark tasks", "files decoded", "elapsed", "left"], "nothing running",
                     "running")
             + "<h2>Write throughput</h2>" + throughput_chart(snapshot["requests"])
-            + f"<h2>Tables ({len(tables)})</h2>"
-            + _rows(tables, ["table", "version", "rows", "size", "files", "last commit"], "no tables seen yet", "tables")
             + f"<h2>Last requests ({len(requests)})</h2>"
             + _rows(requests, ["finished", "RPC", "table", "duration", "rows", "outcome"], "no requests yet",
-                    "requests"))
+                    "requests")
+            + f"<h2>Tables ({len(tables)})</h2>"
+            + _rows(tables, ["table", "version", "rows", "size", "files", "last commit"], "no tables seen yet", "tables"))
     return _page("records-destination status", body)
 
 

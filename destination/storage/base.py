@@ -107,6 +107,12 @@ class Storage(ABC):
     def arrow_path(self, path: str) -> str: ...
 
     @contextmanager
+    def probing_root(self) -> Iterator[None]:
+        """Around a probe object written and deleted directly under the root: afterwards the root is as it was. Here
+        nothing is left to do (a local root exists before the probe); S3 removes the folders the probe created."""
+        yield
+
+    @contextmanager
     def open_output(self, path: str) -> Iterator[pa.NativeFile]:
         """A stream writing the object at `path`, complete when the block ends. StorageError when it cannot be
         opened, written or closed."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from typing import Any, TypeVar
 from urllib.parse import urlparse
@@ -227,6 +228,30 @@ class S3Storage(Storage):
         found = self._call(f"listing of {key_prefix!r}", lambda: self.client.list_objects_v2(
             Bucket=self.bucket, Prefix=key_prefix, MaxKeys=1))
         return int(found.get("KeyCount", 0)) > 0
+
+    @contextmanager
+    def probing_root(self) -> Iterator[None]:
+        """S3-compatible stores with a filer (SeaweedFS) create a 'folder' for each level of the root's prefix when an
+        object is written below it, and keep it once the object is deleted: the levels not listed before the probe
+        are deleted after it (a store without folders, AWS, has nothing to delete; a level that still holds an
+        object is not deleted by any store)."""
+        parts = self.prefix.split("/") if self.prefix else []
+        levels = ["/".join(parts[:n]) + "/" for n in range(1, len(parts) + 1)]
+        listed = {level for level in levels if self._level_listed(level)}
+        try:
+            yield
+        finally:
+            for level in reversed(levels):
+                if level not in listed:
+                    self._call(f"delete of {level!r}", partial(self.client.delete_object, Bucket=self.bucket, Key=level))
+
+    def _level_listed(self, level: str) -> bool:
+        """Whether a listing of its parent shows `level` (a key ending in `/`): as a folder or a folder marker."""
+        paginator = self.client.get_paginator("list_objects_v2")
+        pages = self._call(f"listing of {level!r}", lambda: list(paginator.paginate(
+            Bucket=self.bucket, Prefix=level.rstrip("/"), Delimiter="/")))
+        return any(level in {p["Prefix"] for p in page.get("CommonPrefixes", [])}
+                   | {o["Key"] for o in page.get("Contents", [])} for page in pages)
 
     def list_recursive(self, prefix: str) -> Iterator[ObjectInfo]:
         strip = len(self.prefix) + 1 if self.prefix else 0

@@ -51,6 +51,7 @@ from spark_jobs.contracts import (
     SnapshotChangesUnit,
     SortedRun,
     TruncateUnit,
+    data_rows,
 )
 from spark_jobs.operations import file_operations, replace_operations, to_ipc
 from spark_jobs.range_tasks import merge_range_task, sort_run_task
@@ -69,6 +70,7 @@ class Outcome:
     version: int | None  # None: the table does not exist
     counts: dict[str, int] = field(default_factory=dict)
     rows: int = 0  # operations read from the request's files
+    data_rows: int = 0  # of them, the rows of its replace, update and delete files (what the status page shows)
     failures_by_column: dict[FailureKey, int] = field(default_factory=dict)  # values that did not convert
     timings: dict[str, float] = field(default_factory=dict)  # seconds: the Spark job, its tasks summed (and
     # the decode tasks summed, where a path decodes in tasks of their own)
@@ -195,12 +197,13 @@ class WritePath:
         DRIVER_DECODED_LIMIT: the caller stages it in Spark tasks."""
         parts: list[pa.Table] = []
         failures: Counter[FailureKey] = Counter()
-        rows = 0
+        rows = data = 0
         for ref in plan.files:  # the driver reads its own disk, not a copy staged for a cluster's executors
             with phases.timed("decode"):
                 ops = file_operations(base.table, replace(ref, staged=None), plan.fmt)
             parts += ops.parts
             rows += ops.rows
+            data += data_rows(ref.kind, ops.rows)
             failures.update(ops.failures_by_column)
         if sum(part.nbytes for part in parts) > DRIVER_DECODED_LIMIT:
             # the units travel inside the Spark job's tasks, copied several times in the JVM heap: rows this large
@@ -210,7 +213,7 @@ class WritePath:
             return None
         units = self._units_of_operations(base.files, pa.concat_tables(parts), base.table) if parts else []
         out = self._run(merge_range_task, schema, base, target, base.table, units, description, KIND_ROWS)
-        out.request = RequestCounts(rows=rows, files=len(plan.files), failures_by_column=dict(failures))
+        out.request = RequestCounts(rows=rows, files=len(plan.files), failures_by_column=dict(failures), data_rows=data)
         return out
 
     @contextmanager
@@ -283,7 +286,8 @@ class WritePath:
         for c in counted:
             failures.update(c.failures_by_column)
         request = RequestCounts(rows=sum(c.rows for c in counted), files=len(counted),
-                                failures_by_column=dict(failures), decode_seconds=sum(c.seconds for c in counted))
+                                failures_by_column=dict(failures), decode_seconds=sum(c.seconds for c in counted),
+                                data_rows=sum(c.data_rows for c in counted))
         return JobOutput.of(results, request)
 
     def _merge_staged(self, schema: str, base: TableVersion, target: VersionTarget, plan: BatchPlan,
@@ -490,6 +494,7 @@ class WritePath:
                 out = self._merge_staged(schema, base, target, plan, description)
             outcome.counts, outcome.failures_by_column, outcome.rows = (out.counts, out.request.failures_by_column,
                                                                         out.request.rows)
+            outcome.data_rows = out.request.data_rows
             outcome.timings = {"job": time.perf_counter() - started, "task_s": out.task_seconds}
             if out.request.decode_seconds is not None:  # the shuffled path decodes in tasks of their own
                 outcome.timings["decode_task_s"] = out.request.decode_seconds
