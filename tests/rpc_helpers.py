@@ -1,16 +1,19 @@
 """Building requests and reading tables back, for tests that go through the gRPC server."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from destination.commands.validator import validate_version
 from destination.protocol import common, sdk
-from destination.storage.base import open_storage
+from destination.storage.base import Storage, open_storage
 from destination.table_store.datafiles import align, read_data_file
 from destination.table_store.locations import file_dir
 from destination.table_store.store import TableStore
+from destination.tester.harness import Harness
 from tests.conftest import spec_of
 
 
@@ -36,3 +39,25 @@ def rows_of(configuration: dict[str, str], schema: str, name: str, validate: boo
 
 def describe(stub: Any, configuration: dict[str, str], schema: str, name: str) -> Any:
     return stub.DescribeTable(sdk.DescribeTableRequest(configuration=configuration, schema_name=schema, table_name=name))
+
+
+@dataclass
+class TesterRun:
+    """What one tester input file wrote through a server: its root's storage, a store over it, the schema's tables."""
+
+    storage: Storage
+    store: TableStore
+    names: list[str]
+
+
+def run_tester_input(address: str, configuration: dict[str, str], path: Path, workdir: Path,
+                     schema: str = "tester") -> TesterRun:
+    """Run the tester input `path` against the server at `address` (every call must succeed) and list its tables."""
+    harness = Harness(address, schema, configuration, plain_text=False, batch_file_type="csv", workdir=workdir)
+    harness.run_file(path)
+    assert harness.failures == 0
+    storage = open_storage(spec_of(configuration))
+    store = TableStore(storage)
+    names = store.list_tables(schema)
+    assert names
+    return TesterRun(storage, store, names)

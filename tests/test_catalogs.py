@@ -19,9 +19,9 @@ from destination.table_formats.iceberg import file_io_properties
 from destination.table_store import layout
 from destination.table_store.options import TABLE_FORMATS
 from destination.table_store.store import Retention, TableStore
-from destination.tester.harness import Harness
 from tests.conftest import spec_of
 from tests.lake_readers import rows
+from tests.rpc_helpers import run_tester_input
 from tests.test_table_formats import TESTER_INPUTS, columns_in, records_rows
 from tests.test_table_store import SCHEMA, SimulatedCrash, appender
 
@@ -193,13 +193,8 @@ def test_every_tester_table_is_found_through_the_catalog_at_its_latest_version( 
     renamed table has no entry left."""
     changes = "parquet" if catalog_uri.startswith("postgresql") else "off"
     configuration = {**configuration, "changes": changes, "catalog": "sql", "catalog_uri": catalog_uri}
-    harness = Harness(grpc_server, "tester", configuration, plain_text=False, batch_file_type="csv", workdir=tmp_path)
-    harness.run_file(path)
-    assert harness.failures == 0
-    storage = open_storage(spec_of(configuration))
-    store = TableStore(storage)
-    names = store.list_tables("tester")
-    assert names
+    run = run_tester_input(grpc_server, configuration, path, tmp_path)
+    storage, store, names = run.storage, run.store, run.names
     catalog = reader(storage, catalog_uri)
     assert sorted(catalog.list_tables("tester")) == sorted(("tester", n) for n in names)  # drops and renames followed
     for name in names:
@@ -344,15 +339,7 @@ def test_the_start_up_catch_up_brings_the_formats_and_the_entries_of_the_root_up
     from destination.catalogs.startup import catch_up_root
     from tests.lake_readers import delta_table
 
-    store = sql_store(storage, catalog_uri)
-    store.write(SCHEMA, "events", appender(storage, 0))
-
-    def killed(at: str) -> None:
-        if at == "before_table_formats":
-            raise SimulatedCrash(at)
-
-    with pytest.raises(SimulatedCrash):
-        sql_store(storage, catalog_uri, fault=killed).write(SCHEMA, "events", appender(storage, 10))
+    left_a_version_behind(storage, catalog_uri)
     TableStore(storage).write(SCHEMA, "plain", named_appender(storage, "plain", 0))  # written with formats off
     prefix = layout.table_prefix(SCHEMA, "events")
     assert delta_table(storage.spec, storage.url(prefix)).version() == 1
@@ -366,6 +353,20 @@ def test_the_start_up_catch_up_brings_the_formats_and_the_entries_of_the_root_up
     assert reader(storage, catalog_uri).list_tables(NAMESPACE) == [(NAMESPACE, "events")]
 
 
+def left_a_version_behind(storage: Storage, uri: str) -> None:
+    """`events` at version 1 everywhere, then version 2 committed with the server killed before the formats and
+    the catalog followed it."""
+    sql_store(storage, uri).write(SCHEMA, "events", appender(storage, 0))
+
+    def killed(at: str) -> None:
+        if at == "before_table_formats":
+            raise SimulatedCrash(at)
+
+    with pytest.raises(SimulatedCrash):
+        sql_store(storage, uri, fault=killed).write(SCHEMA, "events", appender(storage, 10))
+
+
+@pytest.mark.serve
 def test_serve_catches_up_the_tables_of_its_root_at_start(tmp_path: Path) -> None:
     """A real `serve --root … --catalog …` process: a table left a version behind (the server killed right after
     its records commit) is caught up in the background at start, before any request for it."""
@@ -378,15 +379,7 @@ def test_serve_catches_up_the_tables_of_its_root_at_start(tmp_path: Path) -> Non
     root = tmp_path / "root"
     storage = open_storage(StorageSpec(root=str(root)))
     uri = f"sqlite:///{tmp_path / 'catalog.db'}"
-    store = sql_store(storage, uri)
-    store.write(SCHEMA, "events", appender(storage, 0))
-
-    def killed(at: str) -> None:
-        if at == "before_table_formats":
-            raise SimulatedCrash(at)
-
-    with pytest.raises(SimulatedCrash):
-        sql_store(storage, uri, fault=killed).write(SCHEMA, "events", appender(storage, 10))
+    left_a_version_behind(storage, uri)
     config = tmp_path / "configuration.json"
     config.write_text(json.dumps({"catalog": "sql", "catalog_uri": uri}))
     server = start_server(str(root), tmp_path / "server.log", "--catalog", str(config))

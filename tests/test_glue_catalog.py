@@ -14,13 +14,12 @@ from destination.catalogs.base import catalog_name
 from destination.catalogs.glue import glue_keeps
 from destination.catalogs.kinds import follow_hook
 from destination.catalogs.settings import CatalogSettings
-from destination.storage.base import Storage, open_storage
+from destination.storage.base import Storage
 from destination.table_formats.iceberg import file_io_properties
 from destination.table_store.options import TABLE_FORMATS
 from destination.table_store.store import TableStore
-from destination.tester.harness import Harness
-from tests.conftest import spec_of
 from tests.lake_readers import rows
+from tests.rpc_helpers import run_tester_input
 from tests.test_catalogs import metadata_of, named_appender
 from tests.test_table_formats import TESTER_INPUTS, columns_in, records_rows
 from tests.test_table_store import SCHEMA, appender
@@ -68,13 +67,8 @@ def test_every_tester_table_is_found_through_glue_at_its_latest_version(  # type
     schema = f"tester_{uuid.uuid4().hex[:8]}"  # one Glue database per run: the moto server is shared
     configuration = {**configuration, "catalog": "glue", "glue_endpoint": glue_endpoint, "glue_region": "us-east-1",
                      "glue_access_key_id": KEY, "glue_secret_access_key": SECRET}
-    harness = Harness(grpc_server, schema, configuration, plain_text=False, batch_file_type="csv", workdir=tmp_path)
-    harness.run_file(path)
-    assert harness.failures == 0
-    storage = open_storage(spec_of(configuration))
-    store = TableStore(storage)
-    names = store.list_tables(schema)
-    assert names
+    run = run_tester_input(grpc_server, configuration, path, tmp_path, schema=schema)
+    storage, store, names = run.storage, run.store, run.names
     catalog = pyiceberg_glue(storage, glue_endpoint)
     mapped = {catalog_name(n, glue_keeps, "table"): n for n in names}
     assert sorted(t for _, t in catalog.list_tables(schema)) == sorted(mapped)  # drops and renames followed

@@ -26,7 +26,6 @@ from destination.table_store.datafiles import align, read_data_file, write_data_
 from destination.table_store.locations import file_dir
 from destination.table_store.options import COMPLETE, TABLE_FORMATS
 from destination.table_store.store import PendingVersion, Retention, TableStore, TableVersion, VersionTarget
-from destination.tester.harness import Harness
 from tests.conftest import spec_of
 from tests.lake_readers import (
     DELTA_READERS,
@@ -37,6 +36,7 @@ from tests.lake_readers import (
     iceberg_pyiceberg_as_of,
     rows,
 )
+from tests.rpc_helpers import run_tester_input
 from tests.test_conformance import INPUTS
 from tests.test_table_store import SCHEMA, SimulatedCrash, appender
 
@@ -89,13 +89,8 @@ def check_every_reader(storage: Storage, version: TableVersion) -> None:
 @pytest.mark.parametrize("path", TESTER_INPUTS, ids=lambda p: p.stem)
 def test_tester_tables_read_back_by_every_reader(grpc_server, configuration, tmp_path: Path, path: Path) -> None:  # type: ignore[no-untyped-def]
     configuration = {**configuration, "changes": "parquet"}
-    harness = Harness(grpc_server, "tester", configuration, plain_text=False, batch_file_type="csv", workdir=tmp_path)
-    harness.run_file(path)
-    assert harness.failures == 0
-    storage = open_storage(spec_of(configuration))
-    store = TableStore(storage)
-    names = store.list_tables("tester")
-    assert names
+    run = run_tester_input(grpc_server, configuration, path, tmp_path)
+    storage, store, names = run.storage, run.store, run.names
     feed_rows = 0
     for name in names:
         latest = store.load("tester", name)
