@@ -73,7 +73,7 @@ def test_grpcurl_lists_describes_and_calls(server_process) -> None:  # type: ign
     form = json.loads(grpcurl("-d", "{}", address, "fivetran_sdk.v2.DestinationConnector/ConfigurationForm"))
     assert [f["name"] for f in form["fields"]][:5] == ["root", "s3_endpoint", "s3_region", "aws_access_key_id",
                                                          "aws_secret_access_key"]
-    assert {t["name"] for t in form["tests"]} == {"storage", "spark"}
+    assert {t["name"] for t in form["tests"]} == {"storage", "spark", "catalog"}
     assert json.loads(grpcurl("-d", "{}", address, "grpc.health.v1.Health/Check")) == {"status": "SERVING"}
 
 

@@ -70,6 +70,7 @@ def test_the_tester_command_takes_a_batch_dir_and_the_servers_path(grpc_server: 
     host_dir.mkdir()
     server_dir.symlink_to(host_dir)
     conf = tmp_path / "configuration.json"
+    (tmp_path / "root").mkdir()  # the storage Test creates no root
     conf.write_text(json.dumps({"root": str(tmp_path / "root")}))
     done = subprocess.run([str(BIN), "tester", "--input", str(INPUT), "--address", grpc_server, "--configuration",
                            str(conf), "--schema-name", "mapped_cli", "--batch-dir", str(host_dir),

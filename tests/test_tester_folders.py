@@ -34,6 +34,7 @@ def schemas(stdout: str) -> dict[str, str]:
 
 def test_each_file_of_a_folder_and_of_each_run_starts_from_an_empty_schema(grpc_server: str, tmp_path: Path) -> None:
     folder = tmp_path / "inputs"
+    (tmp_path / "root").mkdir()  # the storage Test creates no root
     configuration = {"root": str(tmp_path / "root")}
     write(folder / "configuration.json", configuration)
     write(folder / "default_configuration.json", {"host": "clickhouse"})  # another destination's: not an input
@@ -64,6 +65,7 @@ def test_each_file_of_a_folder_and_of_each_run_starts_from_an_empty_schema(grpc_
 
 def test_a_configuration_field_the_form_does_not_know_is_a_warning_naming_the_file(grpc_server: str,
                                                                                    tmp_path: Path) -> None:
+    (tmp_path / "root").mkdir()  # the storage Test creates no root
     conf = write(tmp_path / "configuration.json", {"root": str(tmp_path / "root"), "chnages": "parquet"})
     source = write(tmp_path / "input.json", {})
     done = run_tester(grpc_server, source)

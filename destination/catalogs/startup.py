@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager
 from destination import logs
 from destination.catalogs.kinds import follow_hook
 from destination.catalogs.settings import CatalogSettings
-from destination.storage.base import Storage
+from destination.storage.base import Storage, StorageSpec, open_storage
 from destination.table_formats.sync import formats_named, oldest_retained
 from destination.table_store.options import TABLE_FORMATS
 from destination.table_store.store import TableStore
@@ -59,15 +59,17 @@ def _tables(store: TableStore) -> Iterator[tuple[str, str]]:
             yield schema, table
 
 
-def start_catch_up(storage: Storage, catalog: CatalogSettings, lock: Lock, stopping: threading.Event) -> threading.Thread:
+def start_catch_up(spec: StorageSpec, catalog: CatalogSettings, lock: Lock, stopping: threading.Event) -> threading.Thread:
+    """The pass in a thread of its own. The root is opened there too: a root that cannot be opened (not writable,
+    under a file) must not stop the server, whose health check reports it and waits for it to be fixed."""
     def run() -> None:
         started = time.monotonic()
         try:
-            checked, failed = catch_up_root(storage, catalog, lock, stopping)
-        except Exception as exc:  # the root unreadable: requests will say so
-            logs.warning(f"start-up catch-up of {storage.spec.root} failed: {type(exc).__name__}: {exc}")
+            checked, failed = catch_up_root(open_storage(spec), catalog, lock, stopping)
+        except Exception as exc:  # the root unopenable or unreadable: the health check and requests say so
+            logs.warning(f"start-up catch-up of {spec.root} failed: {type(exc).__name__}: {exc}")
             return
-        logs.info(f"start-up catch-up: {checked} tables of {storage.spec.root} checked, {failed} failed, "
+        logs.info(f"start-up catch-up: {checked} tables of {spec.root} checked, {failed} failed, "
                   f"in {time.monotonic() - started:.1f}s")
 
     thread = threading.Thread(target=run, name="startup-catch-up", daemon=True)

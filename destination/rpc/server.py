@@ -117,7 +117,7 @@ def serve(options: ServerOptions, port: int) -> int:
                             [spark_check(service.spark), root_check(storage_spec({}, options))],
                             check_interval(options.health_interval))
     monitor.start()
-    start_catch_up(open_storage(storage_spec({}, options)), catalog,
+    start_catch_up(storage_spec({}, options), catalog,
                    lambda schema, table: service.locks.hold(options.root, schema, table), stopping)
     # with a timeout: the process's signal may be delivered to another thread (gRPC's, Arrow's, a write's pool),
     # and then only the main thread's return to the interpreter runs the handler; an untimed wait never returns
