@@ -1,0 +1,113 @@
+"""Avro data files (records spec `avro`, simple `_format_avro`), typed as Airbyte's S3 1.0 output schema types them.
+
+| Fivetran        | Avro (every field `["null", T]`, default null)              |
+|-----------------|-------------------------------------------------------------|
+| BOOLEAN         | boolean                                                     |
+| SHORT / INT     | int                                                         |
+| LONG            | long                                                        |
+| FLOAT / DOUBLE  | float / double                                              |
+| DECIMAL(p,s)    | bytes, logicalType decimal, precision/scale of the storage  |
+| NAIVE_DATE      | int, logicalType date                                       |
+| NAIVE_TIME      | long, logicalType time-micros                               |
+| NAIVE_DATETIME  | long, logicalType local-timestamp-micros                    |
+| UTC_DATETIME    | long, logicalType timestamp-micros                          |
+| BINARY          | bytes                                                       |
+| STRING/JSON/XML | string; `_destination_meta` too                             |
+
+Blocks are deflate-compressed (in the Python standard library; snappy would need a further package). Values are written
+from Arrow's integers and two's-complement bytes (never through Python datetimes) and read back through
+fastavro's logical types, so every value the Arrow types hold round-trips exactly.
+Field names must be Avro names; a table with another name is refused.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, BinaryIO
+
+import fastavro
+import numpy as np
+import pyarrow as pa
+
+from destination.errors import BadRequest
+from destination.table_model import DESTINATION_META, ColumnDef, TableDef
+from destination.type_mapping import arrow_schema, decimal_storage
+
+FORMAT_FILE = "_format_avro"
+SUFFIX = ".avro"
+CODEC = "deflate"
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PLAIN: dict[str, Any] = {
+    "BOOLEAN": "boolean", "SHORT": "int", "INT": "int", "LONG": "long", "FLOAT": "float", "DOUBLE": "double",
+    "NAIVE_DATE": {"type": "int", "logicalType": "date"},
+    "NAIVE_TIME": {"type": "long", "logicalType": "time-micros"},
+    "NAIVE_DATETIME": {"type": "long", "logicalType": "local-timestamp-micros"},
+    "UTC_DATETIME": {"type": "long", "logicalType": "timestamp-micros"},
+    "BINARY": "bytes", "STRING": "string", "JSON": "string", "XML": "string",
+}
+_INTEGRAL = ("NAIVE_DATE", "NAIVE_TIME", "NAIVE_DATETIME", "UTC_DATETIME")  # written as the Arrow integers
+
+
+def check(table_def: TableDef) -> None:
+    """Refuse a table whose column names Avro cannot name (configuration time)."""
+    for col in table_def.columns:
+        if not _NAME.match(col.name):
+            raise BadRequest(f"table {table_def.name!r}, column {col.name!r}: not an Avro field name "
+                             "(letters, digits and _, not starting with a digit); the avro format cannot hold it")
+
+
+def _avro_type(col: ColumnDef) -> Any:
+    if col.type == "DECIMAL":
+        precision, scale = decimal_storage(col)
+        return {"type": "bytes", "logicalType": "decimal", "precision": precision, "scale": scale}
+    return _PLAIN[col.type]
+
+
+def avro_schema(table_def: TableDef) -> dict[str, Any]:
+    """The writer schema: the table's columns in order, then `_destination_meta`, all nullable."""
+    check(table_def)
+    fields = [{"name": c.name, "type": ["null", _avro_type(c)], "default": None} for c in table_def.columns]
+    fields.append({"name": DESTINATION_META, "type": ["null", "string"], "default": None})
+    return {"type": "record", "name": "row", "fields": fields}
+
+
+def _decimal_width(dtype: pa.DataType) -> int:
+    return 16 if pa.types.is_decimal128(dtype) else 32
+
+
+def _decimal_to_bytes(arr: pa.Array) -> list[bytes | None]:
+    """Big-endian two's complement, the full storage width (Avro's decimal bytes need not be minimal)."""
+    width = _decimal_width(arr.type)
+    data = np.frombuffer(arr.buffers()[1], np.uint8)[arr.offset * width:(arr.offset + len(arr)) * width]
+    big = data.reshape(-1, width)[:, ::-1].tobytes()
+    valid = arr.is_valid().to_pylist()
+    return [big[i * width:(i + 1) * width] if v else None for i, v in enumerate(valid)]
+
+
+def _column_values(arr: pa.Array, col: ColumnDef | None) -> list[Any]:
+    if col is not None and col.type == "DECIMAL":
+        return _decimal_to_bytes(arr)
+    if col is not None and col.type in _INTEGRAL:
+        return arr.cast(pa.int32() if col.type == "NAIVE_DATE" else pa.int64()).to_pylist()
+    return arr.to_pylist()
+
+
+def write(table: pa.Table, table_def: TableDef, out: BinaryIO) -> pa.Table:
+    """Write `table` (the data-file schema: columns, then `_destination_meta`) as one Avro file; returns it."""
+    schema = avro_schema(table_def)
+    table = table.select([f.name for f in arrow_schema(list(table_def.columns))])
+    columns = [_column_values(table.column(i).combine_chunks(), table_def.column(name))
+               for i, name in enumerate(table.column_names)]
+    names = table.column_names
+    rows = (dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True))
+    fastavro.writer(out, fastavro.parse_schema(schema), rows, codec=CODEC)
+    return table
+
+
+def read(src: BinaryIO, table_def: TableDef) -> pa.Table:
+    """Read an Avro file written by `write` back into the data-file Arrow table, value for value."""
+    target = arrow_schema(list(table_def.columns))
+    reader = fastavro.reader(src, reader_schema=avro_schema(table_def))
+    rows: list[Any] = list(reader)
+    # fastavro returns the logical types as Python values (date, time, datetime, Decimal): Arrow takes them exactly
+    arrays = [pa.array([r[f.name] for r in rows], f.type) for f in target]
+    return pa.Table.from_arrays(arrays, schema=target)

@@ -1,0 +1,225 @@
+"""Delimited data files (records spec `delimited`), written and read exactly as the variant's hints say.
+
+Text of each type (the hints' formats; `SS` carries six fraction digits, as records-mover writes it):
+BOOLEAN `true`/`false`; integers in decimal; DECIMAL plain (never an exponent), all scale digits; FLOAT/DOUBLE
+the shortest text that reads back to the same value, NaN and infinities as `NaN`, `Infinity`, `-Infinity`;
+NAIVE_DATE `dateformat`; NAIVE_TIME `timeonlyformat`; NAIVE_DATETIME `datetimeformat`; UTC_DATETIME
+`datetimeformattz` in UTC (its `OF` as `+0000`; without `OF` the text is UTC); BINARY standard base64 (RFC 4648,
+padded); STRING/JSON/XML as is. NULL is the empty field (the records spec has no null hint; records-mover's
+pandas reader and Redshift's EMPTYASNULL read it so).
+
+Values the variant cannot hold are written as NULL and recorded in that row's `_destination_meta` (NULLED,
+DESTINATION_SERIALIZATION_ERROR), never altered silently: an empty string or empty BINARY (it would read as
+NULL), a NUL character, and, where the variant neither quotes nor escapes (vertica), the delimiter, the record
+terminator, CR or LF.
+"""
+from __future__ import annotations
+
+import base64
+import bz2
+import csv
+import gzip
+import io
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any, BinaryIO
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from destination import row_meta
+from destination.conversion import NULLED, SERIALIZATION_ERROR, Failure
+from destination.errors import BadRequest
+from destination.records_formats.hints import PYTHON_ENCODING, SUFFIX, Hints
+from destination.table_model import DESTINATION_META, TableDef
+from destination.type_mapping import arrow_schema
+
+FORMAT_FILE = "_format_delimited"
+_STANDARD_TERMINATORS = ("\n", "\r\n", "\r")
+_QUOTING = {None: csv.QUOTE_NONE, "minimal": csv.QUOTE_MINIMAL, "all": csv.QUOTE_ALL, "nonnumeric": csv.QUOTE_NONNUMERIC}
+_FLOAT_WORDS = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def suffix(hints: Hints) -> str:
+    return SUFFIX[hints["compression"]]  # type: ignore[index]
+
+
+def arrow_format(hint: str) -> str:
+    """A date/time hint as a strftime format (`SS` → `%S`, which Arrow writes with the microseconds)."""
+    out = hint.replace("YYYY", "%Y").replace("MM", "%m").replace("DD", "%d").replace("HH24", "%H")
+    return out.replace("HH", "%H").replace("MI", "%M").replace("SS", "%S").replace("OF", "%z")
+
+
+def _writer_kwargs(hints: Hints) -> dict[str, Any]:
+    quoting = _QUOTING[hints["quoting"]]  # type: ignore[index]
+    return {"delimiter": hints["field-delimiter"], "quoting": quoting, "doublequote": bool(hints["doublequote"]),
+            "escapechar": hints["escape"], "lineterminator": hints["record-terminator"],
+            # unquoted variants: a quote character is an ordinary character
+            "quotechar": None if quoting == csv.QUOTE_NONE else hints["quotechar"]}
+
+
+def _unholdable(hints: Hints) -> list[str]:
+    """Characters a string value may not contain in this variant (besides it being empty)."""
+    chars = ["\x00"]
+    if hints["quoting"] is None and hints["escape"] is None:
+        chars += [str(hints["field-delimiter"]), str(hints["record-terminator"]), "\r", "\n"]
+    return chars
+
+
+def check(table_def: TableDef, hints: Hints) -> None:
+    """Refuse (configuration time) a table whose header row this variant cannot write."""
+    if not hints["header-row"]:
+        return
+    for name in [*table_def.column_names, DESTINATION_META]:
+        bad = [c for c in _unholdable(hints) if c in name]
+        if bad:
+            raise BadRequest(f"table {table_def.name!r}, column {name!r}: the header row cannot hold {bad[0]!r} "
+                             "in this variant; set header-row false")
+
+
+def _decimal_text(arr: pa.Array) -> pa.Array:
+    text = arr.cast(pa.string())
+    exp = pc.fill_null(pc.match_substring(text, "E"), False)
+    if not pc.any(exp).as_py():
+        return text
+    values = text.to_pylist()
+    for i in pc.indices_nonzero(exp).to_pylist():
+        values[i] = format(Decimal(values[i]), "f")
+    return pa.array(values, pa.string())
+
+
+def _text(arr: pa.Array, hints: Hints, col_type: str) -> tuple[pa.Array, pa.Array | None]:
+    """(the column's text, NULL for NULL; a mask of values the variant cannot hold, or None)."""
+    t = arr.type
+    if pa.types.is_boolean(t):
+        return pc.if_else(arr, "true", "false"), None
+    if pa.types.is_integer(t):
+        return arr.cast(pa.string()), None
+    if pa.types.is_floating(t):
+        text = arr.cast(pa.string())
+        for word, spelled in _FLOAT_WORDS.items():
+            text = pc.if_else(pc.equal(text, word), spelled, text)
+        return text, None
+    if pa.types.is_decimal(t):
+        return _decimal_text(arr), None
+    if pa.types.is_date32(t):
+        return pc.strftime(arr, arrow_format(str(hints["dateformat"]))), None
+    if pa.types.is_time64(t):
+        return arr.cast(pa.string()), None  # HH:MM:SS.ffffff, the one lossless timeonlyformat's text
+    if pa.types.is_timestamp(t):
+        hint = str(hints["datetimeformattz"] if t.tz else hints["datetimeformat"])
+        return pc.strftime(arr, arrow_format(hint)), None
+    if pa.types.is_binary(t):
+        bad = pc.equal(pc.binary_length(arr), 0)
+        return pa.array([None if b is None else base64.b64encode(b).decode("ascii") for b in arr.to_pylist()],
+                        pa.string()), bad
+    bad = pc.equal(arr, "")
+    if col_type != "META":
+        for ch in _unholdable(hints):
+            bad = pc.or_(bad, pc.match_substring(arr, ch))
+    return arr, bad
+
+
+def _open_text(out: BinaryIO, hints: Hints) -> tuple[io.TextIOWrapper, Any]:
+    compressed: Any = None
+    if hints["compression"] == "GZIP":
+        compressed = gzip.GzipFile(fileobj=out, mode="wb", compresslevel=6, mtime=0)
+    elif hints["compression"] == "BZIP":
+        compressed = bz2.BZ2File(out, mode="wb")
+    target = compressed if compressed is not None else out
+    encoding = PYTHON_ENCODING[str(hints["encoding"])]
+    return io.TextIOWrapper(target, encoding=encoding, newline="", write_through=True), compressed
+
+
+def write(table: pa.Table, table_def: TableDef, out: BinaryIO, hints: Hints) -> pa.Table:
+    """Write `table` (columns, then `_destination_meta`) as one delimited file; returns the rows as stored: values
+    the variant cannot hold are NULL there and recorded in `_destination_meta`."""
+    check(table_def, hints)
+    schema = arrow_schema(list(table_def.columns))
+    table = table.select(schema.names)
+    texts: list[pa.Array] = []
+    changes: dict[int, list[Failure]] = {}
+    for name in schema.names:
+        arr = table.column(name).combine_chunks()
+        col = table_def.column(name)
+        text, bad = _text(arr, hints, col.type if col else "META")
+        if bad is not None and pc.any(pc.fill_null(bad, False)).as_py():
+            bad = pc.fill_null(bad, False)
+            for row in pc.indices_nonzero(bad).to_pylist():
+                changes.setdefault(row, []).append(Failure(row, name, NULLED, SERIALIZATION_ERROR))
+            text = pc.if_else(bad, pa.scalar(None, pa.string()), text)
+            arr = pc.if_else(bad, pa.scalar(None, arr.type), arr)
+            table = table.set_column(table.schema.get_field_index(name), name, arr)
+        texts.append(text)
+    if changes:
+        meta_at = table.schema.get_field_index(DESTINATION_META)
+        meta = row_meta.add_changes(table.column(DESTINATION_META).combine_chunks(), changes, version=None)
+        table = table.set_column(meta_at, DESTINATION_META, meta)
+        texts[meta_at] = meta
+    stream, compressed = _open_text(out, hints)
+    writer = csv.writer(stream, **_writer_kwargs(hints))
+    if hints["header-row"]:
+        writer.writerow(schema.names)
+    writer.writerows(zip(*(t.to_pylist() for t in texts), strict=True))
+    stream.flush()
+    stream.detach()
+    if compressed is not None:
+        compressed.close()
+    return table
+
+
+def _records(text: str, hints: Hints) -> Iterator[list[str]]:
+    terminator = str(hints["record-terminator"])
+    if terminator in _STANDARD_TERMINATORS:
+        kwargs = _writer_kwargs(hints)
+        kwargs.pop("lineterminator")
+        yield from csv.reader(io.StringIO(text, newline=""), **kwargs)
+        return
+    if hints["quoting"] is not None or hints["escape"] is not None:
+        raise BadRequest(f"record-terminator {terminator!r} with quoting or escape: not a variant this reads")
+    for record in text.split(terminator)[:-1] if text.endswith(terminator) else text.split(terminator):
+        yield record.split(str(hints["field-delimiter"]))
+
+
+def _from_text(values: list[str | None], dtype: pa.DataType, hints: Hints) -> pa.Array:
+    text = pa.array(values, pa.string())
+    if pa.types.is_boolean(dtype):
+        return pc.equal(text, "true")
+    if pa.types.is_integer(dtype) or pa.types.is_floating(dtype) or pa.types.is_decimal(dtype):
+        return text.cast(dtype)
+    if pa.types.is_date32(dtype):
+        return pc.strptime(text, arrow_format(str(hints["dateformat"])), "s").cast(dtype)
+    if pa.types.is_time64(dtype):
+        def part(a: int, b: int) -> pa.Array:
+            return pc.utf8_slice_codeunits(text, a, b).cast(pa.int64())
+        micros = pc.add(pc.multiply(pc.add(pc.multiply(pc.add(pc.multiply(part(0, 2), 60), part(3, 5)), 60),
+                                           part(6, 8)), 1_000_000), part(9, 15))
+        return micros.cast(dtype)
+    if pa.types.is_timestamp(dtype):
+        return text.cast(pa.timestamp("us", "UTC") if dtype.tz and hints["datetimeformattz"].endswith("OF")  # type: ignore[union-attr]
+                         else pa.timestamp("us")).cast(dtype)
+    if pa.types.is_binary(dtype):
+        return pa.array([None if v is None else base64.b64decode(v) for v in values], dtype)
+    return text
+
+
+def read(src: BinaryIO, table_def: TableDef, hints: Hints) -> pa.Table:
+    """Read a delimited file written by `write` back into the data-file Arrow table, value for value."""
+    data = src.read()
+    if hints["compression"] == "GZIP":
+        data = gzip.decompress(data)
+    elif hints["compression"] == "BZIP":
+        data = bz2.decompress(data)
+    text = data.decode(PYTHON_ENCODING[str(hints["encoding"])])
+    records = _records(text, hints)
+    schema = arrow_schema(list(table_def.columns))
+    if hints["header-row"]:
+        header = next(records, None)
+        if header != schema.names:
+            raise BadRequest(f"table {table_def.name!r}: the header row {header!r} is not the table's columns")
+    rows = list(records)
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
+    if len(columns) != len(schema):
+        raise BadRequest(f"table {table_def.name!r}: records have {len(columns)} fields, the table {len(schema)}")
+    arrays = [_from_text([v if v != "" else None for v in col], f.type, hints) for col, f in zip(columns, schema, strict=True)]
+    return pa.Table.from_arrays(arrays, schema=schema)
