@@ -12,6 +12,10 @@ Values the variant cannot hold are written as NULL and recorded in that row's `_
 DESTINATION_SERIALIZATION_ERROR), never altered silently: an empty string or empty BINARY (it would read as
 NULL), a NUL character, and, where the variant neither quotes nor escapes (vertica), the delimiter, the record
 terminator, CR or LF.
+
+Quoting and escaping: bluelabs escapes the escape character, the delimiter, CR, LF and the terminator with `\\`;
+csv and bigquery quote (minimal) a value holding the delimiter, the quote, CR or LF, doubling its quotes; vertica
+does neither. Reading uses Python's csv module with the same hints (vertica: split on its terminator).
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any, BinaryIO
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -50,7 +55,7 @@ def arrow_format(hint: str) -> str:
     return out.replace("HH", "%H").replace("MI", "%M").replace("SS", "%S").replace("OF", "%z")
 
 
-def _writer_kwargs(hints: Hints) -> dict[str, Any]:
+def _reader_dialect(hints: Hints) -> dict[str, Any]:
     quoting = _QUOTING[hints["quoting"]]  # type: ignore[index]
     return {"delimiter": hints["field-delimiter"], "quoting": quoting, "doublequote": bool(hints["doublequote"]),
             "escapechar": hints["escape"], "lineterminator": hints["record-terminator"],
@@ -120,15 +125,48 @@ def _text(arr: pa.Array, hints: Hints, col_type: str) -> tuple[pa.Array, pa.Arra
     return arr, bad
 
 
-def _open_text(out: BinaryIO, hints: Hints) -> tuple[io.TextIOWrapper, Any]:
-    compressed: Any = None
+def _field_text(text: pa.Array, hints: Hints) -> pa.Array:
+    """Quote (minimal, doubling the quote character) or escape each value as the hints say; NULL → empty field.
+    Written here (vectorized) rather than by the csv module, whose writer leaves a CR unescaped when the
+    terminator is LF, so that its reader then splits the record there."""
+    delimiter, terminator = str(hints["field-delimiter"]), str(hints["record-terminator"])
+    specials = list(dict.fromkeys([delimiter, "\r", "\n", terminator]))
+    if hints["quoting"] is None and hints["escape"] is not None:
+        escape = str(hints["escape"])
+        for ch in [escape] + specials:
+            text = pc.replace_substring(text, ch, escape + ch)
+    elif hints["quoting"] == "minimal" and hints["doublequote"] and hints["escape"] is None:
+        quote = str(hints["quotechar"])
+        needs = pc.match_substring(text, quote)
+        for ch in specials:
+            needs = pc.or_(needs, pc.match_substring(text, ch))
+        quoted = pc.binary_join_element_wise(quote, pc.replace_substring(text, quote, quote + quote), quote, "")
+        text = pc.if_else(needs, quoted, text)
+    elif hints["quoting"] is not None or hints["doublequote"]:
+        raise BadRequest(f"quoting {hints['quoting']!r} with doublequote {hints['doublequote']!r} and escape "
+                         f"{hints['escape']!r}: not a combination this writer knows")
+    return pc.fill_null(text, "")
+
+
+def _records_bytes(texts: list[pa.Array], hints: Hints) -> bytes:
+    """The file's text (UTF-8): fields joined by the delimiter, each record ended by the terminator."""
+    delimiter, terminator = str(hints["field-delimiter"]), str(hints["record-terminator"])
+    fields = [_field_text(t, hints) for t in texts]
+    rows = pc.binary_join_element_wise(*fields, delimiter) if len(fields) > 1 else fields[0]
+    rows = pc.binary_join_element_wise(rows, pa.scalar(terminator), "")
+    rows = rows.cast(pa.large_string())
+    offsets = np.frombuffer(rows.buffers()[1], np.int64)[rows.offset:rows.offset + len(rows) + 1]
+    if len(rows) == 0:
+        return b""
+    return rows.buffers()[2].to_pybytes()[int(offsets[0]):int(offsets[-1])]
+
+
+def _compress(data: bytes, hints: Hints) -> bytes:
     if hints["compression"] == "GZIP":
-        compressed = gzip.GzipFile(fileobj=out, mode="wb", compresslevel=6, mtime=0)
-    elif hints["compression"] == "BZIP":
-        compressed = bz2.BZ2File(out, mode="wb")
-    target = compressed if compressed is not None else out
-    encoding = PYTHON_ENCODING[str(hints["encoding"])]
-    return io.TextIOWrapper(target, encoding=encoding, newline="", write_through=True), compressed
+        return gzip.compress(data, compresslevel=6, mtime=0)
+    if hints["compression"] == "BZIP":
+        return bz2.compress(data)
+    return data
 
 
 def write(table: pa.Table, table_def: TableDef, out: BinaryIO, hints: Hints) -> pa.Table:
@@ -156,22 +194,18 @@ def write(table: pa.Table, table_def: TableDef, out: BinaryIO, hints: Hints) -> 
         meta = row_meta.add_changes(table.column(DESTINATION_META).combine_chunks(), changes, version=None)
         table = table.set_column(meta_at, DESTINATION_META, meta)
         texts[meta_at] = meta
-    stream, compressed = _open_text(out, hints)
-    writer = csv.writer(stream, **_writer_kwargs(hints))
+    body = _records_bytes(texts, hints)
     if hints["header-row"]:
-        writer.writerow(schema.names)
-    writer.writerows(zip(*(t.to_pylist() for t in texts), strict=True))
-    stream.flush()
-    stream.detach()
-    if compressed is not None:
-        compressed.close()
+        body = _records_bytes([pa.array([n], pa.string()) for n in schema.names], hints) + body
+    encoding = PYTHON_ENCODING[str(hints["encoding"])]
+    out.write(_compress(body if encoding == "utf-8" else body.decode("utf-8").encode(encoding), hints))
     return table
 
 
 def _records(text: str, hints: Hints) -> Iterator[list[str]]:
     terminator = str(hints["record-terminator"])
     if terminator in _STANDARD_TERMINATORS:
-        kwargs = _writer_kwargs(hints)
+        kwargs = _reader_dialect(hints)
         kwargs.pop("lineterminator")
         yield from csv.reader(io.StringIO(text, newline=""), **kwargs)
         return
