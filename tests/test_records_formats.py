@@ -154,6 +154,19 @@ def test_avro_refuses_a_column_name_avro_cannot_hold() -> None:
         codec("avro").check(table)
 
 
+@pytest.mark.parametrize(("fmt", "variant"), [("avro", None), ("delimited", "bluelabs"), ("delimited", "vertica"), ("delimited", "csv")])
+def test_a_file_that_is_not_the_tables_is_a_clear_error(fmt: str, variant: str | None) -> None:
+    c = codec(fmt, variant, CSV_ISO if variant == "csv" else None)
+    other = TableDef("other", (ColumnDef("id", "LONG", True), ColumnDef("v", "STRING")))
+    buf = io.BytesIO()
+    c.write(pa.Table.from_pylist([{"id": 1, "v": "x", META: None}], schema=arrow_schema(list(other.columns))), other, buf)
+    with pytest.raises(BadRequest, match=r"table 'every_type': an? (Avro|delimited) data file"):
+        c.read(io.BytesIO(buf.getvalue()), TABLE_DEF)
+    if fmt == "avro":
+        with pytest.raises(BadRequest, match=r"table 'every_type': an Avro data file does not read"):
+            c.read(io.BytesIO(b"Obj\x01 truncated"), TABLE_DEF)
+
+
 # ---- Avro -----------------------------------------------------------------------------------------------------
 
 AVRO_TYPES = {  # the seeds' Avro types (Airbyte S3 1.0), written out by hand

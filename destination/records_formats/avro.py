@@ -106,8 +106,16 @@ def write(table: pa.Table, table_def: TableDef, out: BinaryIO) -> pa.Table:
 def read(src: BinaryIO, table_def: TableDef) -> pa.Table:
     """Read an Avro file written by `write` back into the data-file Arrow table, value for value."""
     target = arrow_schema(list(table_def.columns))
-    reader = fastavro.reader(src, reader_schema=avro_schema(table_def))
-    rows: list[Any] = list(reader)
+    try:
+        reader = fastavro.reader(src, reader_schema=avro_schema(table_def))
+        writer_schema: Any = reader.writer_schema
+        found = [f["name"] for f in writer_schema["fields"]]
+        if found != target.names:  # schema resolution would fill the table's other columns with NULL
+            raise ValueError(f"its columns {found!r} are not the table's {target.names!r}")
+        rows: list[Any] = list(reader)
+    except (ValueError, EOFError, KeyError, TypeError, fastavro.read.SchemaResolutionError) as e:
+        raise BadRequest(f"table {table_def.name!r}: an Avro data file does not read as the table's rows: "
+                         f"{type(e).__name__}: {e}") from None
     # fastavro returns the logical types as Python values (date, time, datetime, Decimal): Arrow takes them exactly
     arrays = [pa.array([r[f.name] for r in rows], f.type) for f in target]
     return pa.Table.from_arrays(arrays, schema=target)
