@@ -204,6 +204,20 @@ def test_avro_round_trips_every_value_and_fastavro_reads_them_exactly() -> None:
     assert_rows_equal(codec("avro").read(io.BytesIO(raw), TABLE_DEF).to_pylist(), table.to_pylist())
 
 
+@pytest.mark.parametrize("rows", [0, 1, 3000])
+def test_avro_files_of_no_row_one_row_and_many_blocks(monkeypatch: pytest.MonkeyPatch, rows: int) -> None:
+    from destination.records_formats import avro_encode
+
+    monkeypatch.setattr(avro_encode, "_BLOCK_BYTES", 5000)  # blocks of a few rows
+    every = edge_table()
+    table = every.take(pa.array([i % every.num_rows for i in range(rows)], pa.int64()))
+    buf = io.BytesIO()
+    codec("avro").write(table, TABLE_DEF, buf)
+    blocks = list(fastavro.block_reader(io.BytesIO(buf.getvalue())))
+    assert sum(b.num_records for b in blocks) == rows and (len(blocks) > 10) == (rows == 3000)
+    assert_rows_equal(list(fastavro.reader(io.BytesIO(buf.getvalue()))), edge_rows_as_arrow_pylist(table))  # type: ignore[arg-type]
+
+
 def edge_rows_as_arrow_pylist(table: pa.Table) -> list[dict[str, Any]]:
     """The input rows, UTC datetimes with the `timezone.utc` fastavro returns (the same instants)."""
     return [{k: (v.astimezone(UTC) if isinstance(v, dt.datetime) and v.tzinfo else v) for k, v in r.items()}

@@ -14,9 +14,9 @@
 | BINARY          | bytes                                                       |
 | STRING/JSON/XML | string; `_destination_meta` too                             |
 
-Blocks are deflate-compressed (in the Python standard library; snappy would need a further package). Values are written
-from Arrow's integers and two's-complement bytes (never through Python datetimes) and read back through
-fastavro's logical types, so every value the Arrow types hold round-trips exactly.
+Blocks are deflate-compressed (in the Python standard library; snappy would need a further package). Values are
+encoded from Arrow's integers and two's-complement bytes, whole columns at once (avro_encode.py), and read back
+through fastavro's logical types, so every value the Arrow types hold round-trips exactly.
 Field names must be Avro names; a table with another name is refused.
 """
 from __future__ import annotations
@@ -25,16 +25,15 @@ import re
 from typing import Any, BinaryIO
 
 import fastavro
-import numpy as np
 import pyarrow as pa
 
 from destination.errors import BadRequest
+from destination.records_formats import avro_encode
 from destination.table_model import DESTINATION_META, ColumnDef, TableDef
 from destination.type_mapping import arrow_schema, decimal_storage
 
 FORMAT_FILE = "_format_avro"
 SUFFIX = ".avro"
-CODEC = "deflate"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PLAIN: dict[str, Any] = {
     "BOOLEAN": "boolean", "SHORT": "int", "INT": "int", "LONG": "long", "FLOAT": "float", "DOUBLE": "double",
@@ -44,7 +43,6 @@ _PLAIN: dict[str, Any] = {
     "UTC_DATETIME": {"type": "long", "logicalType": "timestamp-micros"},
     "BINARY": "bytes", "STRING": "string", "JSON": "string", "XML": "string",
 }
-_INTEGRAL = ("NAIVE_DATE", "NAIVE_TIME", "NAIVE_DATETIME", "UTC_DATETIME")  # written as the Arrow integers
 
 
 def check(table_def: TableDef) -> None:
@@ -70,36 +68,13 @@ def avro_schema(table_def: TableDef) -> dict[str, Any]:
     return {"type": "record", "name": "row", "fields": fields}
 
 
-def _decimal_width(dtype: pa.DataType) -> int:
-    return 16 if pa.types.is_decimal128(dtype) else 32
-
-
-def _decimal_to_bytes(arr: pa.Array) -> list[bytes | None]:
-    """Big-endian two's complement, the full storage width (Avro's decimal bytes need not be minimal)."""
-    width = _decimal_width(arr.type)
-    data = np.frombuffer(arr.buffers()[1], np.uint8)[arr.offset * width:(arr.offset + len(arr)) * width]
-    big = data.reshape(-1, width)[:, ::-1].tobytes()
-    valid = arr.is_valid().to_pylist()
-    return [big[i * width:(i + 1) * width] if v else None for i, v in enumerate(valid)]
-
-
-def _column_values(arr: pa.Array, col: ColumnDef | None) -> list[Any]:
-    if col is not None and col.type == "DECIMAL":
-        return _decimal_to_bytes(arr)
-    if col is not None and col.type in _INTEGRAL:
-        return arr.cast(pa.int32() if col.type == "NAIVE_DATE" else pa.int64()).to_pylist()
-    return arr.to_pylist()
-
-
 def write(table: pa.Table, table_def: TableDef, out: BinaryIO) -> pa.Table:
     """Write `table` (the data-file schema: columns, then `_destination_meta`) as one Avro file; returns it."""
     schema = avro_schema(table_def)
     table = table.select([f.name for f in arrow_schema(list(table_def.columns))])
-    columns = [_column_values(table.column(i).combine_chunks(), table_def.column(name))
-               for i, name in enumerate(table.column_names)]
-    names = table.column_names
-    rows = (dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True))
-    fastavro.writer(out, fastavro.parse_schema(schema), rows, codec=CODEC)
+    types = {f["name"]: f["type"][1] for f in schema["fields"]}
+    columns = [avro_encode.encode_column(table.column(name).combine_chunks(), types[name]) for name in table.column_names]
+    avro_encode.write_file(out, schema, columns, table.num_rows)
     return table
 
 
