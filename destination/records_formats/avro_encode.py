@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -13,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 _BLOCK_BYTES = 1 << 20  # rows per block: about a MiB of encoded rows
+DEFLATE_LEVEL = 1  # as delimited's gzip: about half of level 6's time for a little more bytes
 _EMPTY = pa.scalar(b"", pa.large_binary())
 
 
@@ -101,15 +103,21 @@ def write_file(out: BinaryIO, schema: dict[str, Any], columns: list[pa.Array], n
         return
     offsets = np.frombuffer(rows.buffers()[1], np.int64)[rows.offset:rows.offset + num_rows + 1]
     data = rows.buffers()[2]
+    bounds = []
     start = 0
     while start < num_rows:
         end = int(np.searchsorted(offsets, offsets[start] + _BLOCK_BYTES, side="right")) - 1
         end = min(max(end, start + 1), num_rows)
-        raw = data[int(offsets[start]):int(offsets[end])].to_pybytes()
-        packer = zlib.compressobj(6, zlib.DEFLATED, -15)
-        block = packer.compress(raw) + packer.flush()
-        out.write(_long(end - start) + _long(len(block)) + block + sync)
+        bounds.append((start, end))
         start = end
+
+    def deflate(bound: tuple[int, int]) -> bytes:
+        packer = zlib.compressobj(DEFLATE_LEVEL, zlib.DEFLATED, -15)
+        return packer.compress(data[int(offsets[bound[0]]):int(offsets[bound[1]])].to_pybytes()) + packer.flush()
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # zlib lets other threads run meanwhile
+        for (first, end), block in zip(bounds, pool.map(deflate, bounds), strict=True):
+            out.write(_long(end - first) + _long(len(block)) + block + sync)
 
 
 def _long(value: int) -> bytes:
