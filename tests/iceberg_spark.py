@@ -11,6 +11,12 @@ fresh machine has no Maven (whose shade plugin does this) and Debian's jarjar wo
 the rewrite is a plain renaming of the `com/fasterxml/jackson/` prefix in the constant pool's UTF-8 entries (class
 names, descriptors, reflection strings) and in the entry paths and service files.
 
+With `catalog` (`jdbc_catalog`), the session also has Iceberg's `JdbcCatalog` under a name of its own, over the `sql`
+catalog's database (SQLite or PostgreSQL), its JDBC driver from Debian (`libxerial-sqlite-jdbc-java`,
+`libpostgresql-jdbc-java`, installed by scripts/bootstrap) on the driver's class path (java.sql.DriverManager sees
+only the system class loader's drivers, not `spark.jars`); a request may then be a SQL statement
+(`SELECT * FROM cat.ns.t VERSION AS OF n`, `SHOW TABLES IN cat.ns`, `DESCRIBE cat.ns.t`).
+
 Spark here reads local paths only: S3 through Spark needs the hadoop-aws and AWS SDK jars (or, for Iceberg's own
 S3FileIO, which the runtime jar holds, the AWS SDK v2 bundle), which PyPI does not carry, so the tests read tables
 written to local disk.
@@ -37,6 +43,9 @@ SHADED_JAR = "iceberg-shaded-jackson.jar"
 PACKAGES = ("pyspark==3.5.*", "snowpark-connect-deps-iceberg")
 PLAIN, SHADED = "com/fasterxml/jackson/", "org/apache/iceberg/shaded/com/fasterxml/jackson/"
 READ_SECONDS = 600
+JDBC_DRIVERS = {"sqlite": ("/usr/share/java/sqlite-jdbc.jar", "libxerial-sqlite-jdbc-java"),
+                "postgresql": ("/usr/share/java/postgresql.jar", "libpostgresql-jdbc-java")}
+SQLITE_JNI = "/usr/lib/x86_64-linux-gnu/jni"  # Debian's sqlite-jdbc loads its native library from here
 
 
 class ReaderSetupError(RuntimeError):
@@ -140,10 +149,13 @@ _CHILD = r'''
 import decimal, json, sys
 from pyspark.sql import SparkSession, functions as F
 
-jars, requests = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-spark = (SparkSession.builder.master("local[1]").appName("iceberg-reader").config("spark.jars", ",".join(jars))
-         .config("spark.sql.session.timeZone", "UTC").config("spark.ui.enabled", "false")
-         .config("spark.driver.memory", "1g").config("spark.sql.shuffle.partitions", "1").getOrCreate())
+jars, requests, settings = json.loads(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3])
+builder = (SparkSession.builder.master("local[1]").appName("iceberg-reader").config("spark.jars", ",".join(jars))
+           .config("spark.sql.session.timeZone", "UTC").config("spark.ui.enabled", "false")
+           .config("spark.driver.memory", "1g").config("spark.sql.shuffle.partitions", "1"))
+for key, value in settings.items():
+    builder = builder.config(key, value)
+spark = builder.getOrCreate()
 spark.sparkContext.setLogLevel("ERROR")
 
 
@@ -160,10 +172,13 @@ def tagged(v):
 out = []
 for request in requests:
     try:
-        reader = spark.read.format("iceberg")
-        if request.get("snapshot_id") is not None:
-            reader = reader.option("snapshot-id", str(request["snapshot_id"]))
-        frame = reader.load(request["path"])
+        if "sql" in request:
+            frame = spark.sql(request["sql"])
+        else:
+            reader = spark.read.format("iceberg")
+            if request.get("snapshot_id") is not None:
+                reader = reader.option("snapshot-id", str(request["snapshot_id"]))
+            frame = reader.load(request["path"])
         types = {f.name: f.dataType.simpleString() for f in frame.schema.fields}
         # timestamps and dates as their numbers (Python's datetime stops at year 1; Spark's values are exact)
         exact = [F.unix_micros(F.col(n).cast("timestamp")).alias(n) if t.startswith("timestamp")
@@ -196,15 +211,45 @@ def _untag(value: Any) -> Any:
     return {"float": float, "decimal": Decimal, "binary": bytes.fromhex}[kind](raw)
 
 
-def read_tables(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each request ({"path": metadata json or table folder, "snapshot_id": optional}) read by Iceberg's Java
-    library in one Spark 3.5 session: {"columns", "types", "rows"} (rows as Python values), or {"error"}."""
+def jdbc_catalog(name: str, uri: str, warehouse: str) -> dict[str, str]:
+    """Spark's settings for Iceberg's JdbcCatalog `name` over the `sql` catalog's database (its SQLAlchemy URL):
+    the configuration README's "Catalogs" gives users, plus the JDBC driver on the driver's class path."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(uri)
+    kind = url.get_backend_name()
+    if kind not in JDBC_DRIVERS:
+        raise ReaderSetupError(f"no JDBC driver known for the catalog database {kind!r}")
+    jar, package = JDBC_DRIVERS[kind]
+    if not Path(jar).exists():
+        raise ReaderSetupError(f"the {kind} JDBC driver {jar} is missing: install Debian's {package} "
+                               "(scripts/bootstrap does)")
+    prefix = f"spark.sql.catalog.{name}"
+    settings = {prefix: "org.apache.iceberg.spark.SparkCatalog",
+                f"{prefix}.catalog-impl": "org.apache.iceberg.jdbc.JdbcCatalog",
+                f"{prefix}.jdbc.schema-version": "V1", f"{prefix}.warehouse": warehouse,
+                "spark.driver.extraClassPath": jar}
+    if kind == "sqlite":
+        settings[f"{prefix}.uri"] = f"jdbc:sqlite:{url.database}"
+        settings["spark.driver.extraJavaOptions"] = f"-Djava.library.path={SQLITE_JNI}"
+    else:
+        settings[f"{prefix}.uri"] = f"jdbc:postgresql://{url.host}:{url.port or 5432}/{url.database}"
+        settings[f"{prefix}.jdbc.user"] = url.username or ""
+        settings[f"{prefix}.jdbc.password"] = url.password or ""
+    return settings
+
+
+def read_tables(requests: list[dict[str, Any]], settings: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """Each request ({"path": metadata json or table folder, "snapshot_id": optional}, or {"sql": a statement})
+    read by Iceberg's Java library in one Spark 3.5 session with the extra Spark `settings` (`jdbc_catalog`):
+    {"columns", "types", "rows"} (rows as Python values), or {"error"}."""
     jars = ensure_environment()
     env = {**os.environ, "TZ": "UTC", "PYSPARK_PYTHON": str(_python()), "SPARK_HOME": "",
            "JAVA_HOME": os.environ.get("JAVA_HOME") or str(Path(shutil.which("java") or "java").resolve().parents[1])}
     env.pop("SPARK_HOME")
     env.pop("PYTHONPATH", None)
-    done = subprocess.run([str(_python()), "-c", _CHILD, json.dumps([str(j) for j in jars]), json.dumps(requests)],
+    done = subprocess.run([str(_python()), "-c", _CHILD, json.dumps([str(j) for j in jars]), json.dumps(requests),
+                           json.dumps(settings or {})],
                           capture_output=True, text=True, timeout=READ_SECONDS, env=env)
     result = next((line for line in done.stdout.splitlines() if line.startswith("RESULT ")), None)
     if done.returncode or result is None:

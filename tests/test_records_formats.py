@@ -1,0 +1,471 @@
+"""The records formats' codecs (destination/records_formats/): Avro and every delimited variant, each checked against
+an oracle that is not the codec: fastavro's own reading with logical types, Python's `csv` module configured only
+from the written hints, records-mover loading the `_format_*` strictly and reading the directory into pandas."""
+from __future__ import annotations
+
+import base64
+import bz2
+import csv
+import datetime as dt
+import gzip
+import io
+import json
+import math
+import re
+import struct
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from destination.errors import BadRequest
+from destination.records_formats import hints as hints_mod
+from destination.records_formats.codec import Codec, codec
+from destination.records_formats.directory import write_directory
+from destination.table_model import ColumnDef, TableDef
+from destination.type_mapping import arrow_schema
+
+UTC = dt.UTC
+META = "_destination_meta"
+
+COLUMNS = (
+    ColumnDef("id", "LONG", primary_key=True), ColumnDef("flag", "BOOLEAN"), ColumnDef("small", "SHORT"),
+    ColumnDef("count", "INT"), ColumnDef("big", "LONG"), ColumnDef("amount", "DECIMAL", precision=38, scale=10),
+    ColumnDef("huge", "DECIMAL", precision=76, scale=20), ColumnDef("ratio", "FLOAT"), ColumnDef("score", "DOUBLE"),
+    ColumnDef("day", "NAIVE_DATE"), ColumnDef("local_at", "NAIVE_DATETIME"), ColumnDef("created_at", "UTC_DATETIME"),
+    ColumnDef("at_time", "NAIVE_TIME"), ColumnDef("payload", "BINARY"), ColumnDef("name", "STRING"),
+    ColumnDef("attrs", "JSON"), ColumnDef("doc", "XML"), ColumnDef("_fivetran_synced", "UTC_DATETIME"),
+    ColumnDef("_fivetran_deleted", "BOOLEAN"),
+)
+TABLE_DEF = TableDef("every_type", COLUMNS)
+STRING_EDGES = ["", "NULL", "\\N", 'say "hi"', "a,b", "line\nbreak", "cr\rlf\r\n", "ünïcødé 😀 中文", "nul\x00byte",
+                "ctl\x01\x02", "back\\slash", "  spaced  ", "tab\there", "'single'", "\\"]
+SYNC = dt.datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+
+
+def _row(i: int, **values: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {c.name: None for c in COLUMNS}
+    base.update(id=i, _fivetran_synced=SYNC, _fivetran_deleted=False, **{META: '{"version": 3, "changes": []}'})
+    base.update(values)
+    return base
+
+
+def edge_rows() -> list[dict[str, Any]]:
+    rows = [
+        _row(1, flag=True, small=-(2**15), count=-(2**31), big=-(2**63), amount=Decimal("-" + "9" * 28 + "." + "9" * 10),
+             huge=Decimal("-" + "9" * 56 + "." + "9" * 20), ratio=3.4028234663852886e38, score=5e-324,
+             day=dt.date(1, 1, 1), local_at=dt.datetime(1, 1, 1), created_at=dt.datetime(1, 1, 1, tzinfo=UTC),
+             at_time=dt.time(0, 0), payload=bytes(range(256)), name="plain", attrs='{"a": [1, "x,y"]}',
+             doc='<a b="c">d, e</a>'),
+        _row(2, flag=False, small=2**15 - 1, count=2**31 - 1, big=2**63 - 1, amount=Decimal("0.0000000001"),
+             huge=Decimal("0.00000000000000000001"), ratio=1.401298464324817e-45, score=-0.0,
+             day=dt.date(9999, 12, 31), local_at=dt.datetime(9999, 12, 31, 23, 59, 59, 999999),
+             created_at=dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+             at_time=dt.time(23, 59, 59, 999999), payload=b"\x00", name="x", _fivetran_deleted=True),
+        _row(3, ratio=float("nan"), score=float("inf"), amount=Decimal(0), payload=b"", **{META: None}),
+        _row(4, ratio=float("-inf"), score=0.1),
+        _row(5, score=1 / 3, ratio=0.1, day=dt.date(2024, 2, 29), local_at=dt.datetime(1970, 1, 1, 0, 0, 0, 1),
+             created_at=dt.datetime(2000, 1, 2, 3, 4, 5, 6, tzinfo=UTC), at_time=dt.time(12, 0, 0, 1)),
+    ]
+    for i, s in enumerate(STRING_EDGES):
+        rows.append(_row(100 + i, name=s, attrs=s, doc=s))
+    rows.append(_row(200))  # every value NULL but the key and system columns
+    return rows
+
+
+def edge_table() -> pa.Table:
+    return pa.Table.from_pylist(edge_rows(), schema=arrow_schema(list(COLUMNS)))
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equality with NaN equal to NaN and -0.0 distinct from 0.0 (exactness of floats)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a) == math.copysign(1, b))
+    return bool(a == b) and type(a) is type(b)
+
+
+def assert_rows_equal(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> None:
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert list(g) == list(w)
+        for name in w:
+            assert same(g[name], w[name]), (w["id"], name, g[name], w[name])
+
+
+# ---- the hints ---------------------------------------------------------------------------------------------
+
+CSV_ISO = {"dateformat": "YYYY-MM-DD", "datetimeformat": "YYYY-MM-DD HH24:MI:SS",
+           "datetimeformattz": "YYYY-MM-DD HH:MI:SSOF"}
+VARIANTS: list[tuple[str, dict[str, Any]]] = [
+    ("bluelabs", {}), ("bigquery", {}), ("vertica", {}), ("csv", CSV_ISO),
+    ("bluelabs", {"compression": "BZIP", "header-row": True, "encoding": "UTF16LE", "dateformat": "DD-MM-YYYY"}),
+    ("bigquery", {"compression": None, "encoding": "UTF8BOM", "header-row": False}),
+    ("csv", {**CSV_ISO, "dateformat": "MM-DD-YYYY", "compression": "GZIP", "timeonlyformat": "HH:MI:SS"}),
+]
+VARIANT_IDS = [f"{v}-{i}" for i, (v, _) in enumerate(VARIANTS)]
+
+
+@pytest.mark.parametrize("variant", ["bluelabs", "csv", "bigquery", "vertica", "dumb"])
+def test_each_variants_defaults_are_records_movers(variant: str) -> None:
+    from records_mover.records.records_format import DelimitedRecordsFormat
+
+    theirs = DelimitedRecordsFormat(variant=variant).hints
+    ours = {**hints_mod._BASE, **hints_mod._VARIANTS[variant]}
+    assert ours == theirs and len(ours) == 13
+
+
+@pytest.mark.parametrize(("variant", "overrides", "words"), [
+    ("csv", {}, ["'csv'", "dateformat", "MM/DD/YY", "century", "override"]),
+    ("csv", {"dateformat": "YYYY-MM-DD"}, ["datetimeformat", "MM/DD/YY HH24:MI"]),
+    ("dumb", {}, ["'dumb'", "comma", "_destination_meta"]),
+    ("bluelabs", {"encoding": "LATIN1"}, ["encoding", "LATIN1", "every character"]),
+    ("bluelabs", {"compression": "LZO"}, ["compression", "LZO"]),
+    ("bluelabs", {"timeonlyformat": "HH12:MI AM"}, ["timeonlyformat", "no seconds"]),
+    ("bluelabs", {"field-delimiter": "|"}, ["field-delimiter", "defines the variant"]),
+    ("bluelabs", {"nullstring": "x"}, ["unknown hint", "nullstring"]),
+    ("tsv", {}, ["'tsv'", "unknown"]),
+])
+def test_lossy_or_unknown_hints_are_refused_at_configuration(variant: str, overrides: dict[str, Any], words: list[str]) -> None:
+    with pytest.raises(BadRequest) as err:
+        codec("delimited", variant, overrides)
+    for word in words:
+        assert word in str(err.value)
+
+
+def test_the_choice_of_format_is_checked() -> None:
+    with pytest.raises(BadRequest, match="records_format 'orc'"):
+        codec("orc")
+    with pytest.raises(BadRequest, match="delimited only"):
+        codec("avro", "csv")
+    with pytest.raises(BadRequest, match="needs records_variant"):
+        codec("delimited")
+    assert codec("avro").format_content() == b"" and codec("avro").suffix == ".avro"
+    assert codec("delimited", "vertica").suffix == ".csv" and codec("delimited", "bluelabs").suffix == ".csv.gz"
+    assert codec("delimited", "bluelabs", {"compression": "BZIP"}).suffix == ".csv.bz2"
+
+
+def test_avro_refuses_a_column_name_avro_cannot_hold() -> None:
+    table = TableDef("t", (ColumnDef("id", "LONG", True), ColumnDef("first name", "STRING")))
+    with pytest.raises(BadRequest, match=r"table 't', column 'first name': not an Avro field name"):
+        codec("avro").check(table)
+
+
+@pytest.mark.parametrize(("fmt", "variant"), [("avro", None), ("delimited", "bluelabs"), ("delimited", "vertica"), ("delimited", "csv")])
+def test_a_file_that_is_not_the_tables_is_a_clear_error(fmt: str, variant: str | None) -> None:
+    c = codec(fmt, variant, CSV_ISO if variant == "csv" else None)
+    other = TableDef("other", (ColumnDef("id", "LONG", True), ColumnDef("v", "STRING")))
+    buf = io.BytesIO()
+    c.write(pa.Table.from_pylist([{"id": 1, "v": "x", META: None}], schema=arrow_schema(list(other.columns))), other, buf)
+    with pytest.raises(BadRequest, match=r"table 'every_type': an? (Avro|delimited) data file"):
+        c.read(io.BytesIO(buf.getvalue()), TABLE_DEF)
+    if fmt == "avro":
+        with pytest.raises(BadRequest, match=r"table 'every_type': an Avro data file does not read"):
+            c.read(io.BytesIO(b"Obj\x01 truncated"), TABLE_DEF)
+
+
+# ---- Avro -----------------------------------------------------------------------------------------------------
+
+AVRO_TYPES = {  # the seeds' Avro types (Airbyte S3 1.0), written out by hand
+    "id": "long", "flag": "boolean", "small": "int", "count": "int", "big": "long",
+    "amount": {"type": "bytes", "logicalType": "decimal", "precision": 38, "scale": 10},
+    "huge": {"type": "bytes", "logicalType": "decimal", "precision": 76, "scale": 20},
+    "ratio": "float", "score": "double", "day": {"type": "int", "logicalType": "date"},
+    "local_at": {"type": "long", "logicalType": "local-timestamp-micros"},
+    "created_at": {"type": "long", "logicalType": "timestamp-micros"},
+    "at_time": {"type": "long", "logicalType": "time-micros"}, "payload": "bytes", "name": "string",
+    "attrs": "string", "doc": "string", "_fivetran_synced": {"type": "long", "logicalType": "timestamp-micros"},
+    "_fivetran_deleted": "boolean", META: "string",
+}
+
+
+def test_avro_round_trips_every_value_and_fastavro_reads_them_exactly() -> None:
+    table = edge_table()
+    buf = io.BytesIO()
+    stored = codec("avro").write(table, TABLE_DEF, buf)
+    assert_rows_equal(stored.to_pylist(), table.to_pylist())
+    raw = buf.getvalue()
+    reader = fastavro.reader(io.BytesIO(raw))
+    assert reader.codec in ("deflate", "snappy")
+    schema_fields = {f["name"]: f["type"] for f in reader.writer_schema["fields"]}  # type: ignore[index]
+    assert list(schema_fields) == [c.name for c in COLUMNS] + [META]
+    for name, avro_type in AVRO_TYPES.items():
+        branches = schema_fields[name]
+        assert branches[0] == "null" and len(branches) == 2
+        got = branches[1]
+        if isinstance(got, dict):
+            got = {k: v for k, v in got.items() if k in ("type", "logicalType", "precision", "scale")}
+        assert got == avro_type, name
+    # fastavro's values (logical types applied) against the input's Python values
+    assert_rows_equal(list(reader), edge_rows_as_arrow_pylist(table))  # type: ignore[arg-type]
+    assert_rows_equal(codec("avro").read(io.BytesIO(raw), TABLE_DEF).to_pylist(), table.to_pylist())
+
+
+@pytest.mark.parametrize("rows", [0, 1, 3000])
+def test_avro_files_of_no_row_one_row_and_many_blocks(monkeypatch: pytest.MonkeyPatch, rows: int) -> None:
+    from destination.records_formats import avro_encode
+
+    monkeypatch.setattr(avro_encode, "_BLOCK_BYTES", 5000)  # blocks of a few rows
+    every = edge_table()
+    table = every.take(pa.array([i % every.num_rows for i in range(rows)], pa.int64()))
+    buf = io.BytesIO()
+    codec("avro").write(table, TABLE_DEF, buf)
+    blocks = list(fastavro.block_reader(io.BytesIO(buf.getvalue())))
+    assert sum(b.num_records for b in blocks) == rows and (len(blocks) > 10) == (rows == 3000)
+    assert_rows_equal(list(fastavro.reader(io.BytesIO(buf.getvalue()))), edge_rows_as_arrow_pylist(table))  # type: ignore[arg-type]
+
+
+def edge_rows_as_arrow_pylist(table: pa.Table) -> list[dict[str, Any]]:
+    """The input rows, UTC datetimes with the `timezone.utc` fastavro returns (the same instants)."""
+    return [{k: (v.astimezone(UTC) if isinstance(v, dt.datetime) and v.tzinfo else v) for k, v in r.items()}
+            for r in table.to_pylist()]
+
+
+# ---- delimited: the oracle (hints → csv.Dialect, values parsed per the hints' formats) --------------------------
+
+def python_format(hint: str) -> str:
+    """A records-spec date/time hint as a strptime format; `SS` carries the six-digit fraction."""
+    out = hint.replace("YYYY", "%Y").replace("MM", "%m").replace("DD", "%d").replace("HH24", "%H").replace("HH", "%H")
+    return out.replace("MI", "%M").replace("SS", "%S.%f").replace("OF", "%z")
+
+
+def oracle_rows(raw: bytes, hints: dict[str, Any], table_def: TableDef) -> list[dict[str, Any]]:
+    data = {"GZIP": gzip.decompress, "BZIP": bz2.decompress, None: lambda b: b}[hints["compression"]](raw)
+    encoding = {"UTF8": "utf-8", "UTF8BOM": "utf-8-sig", "UTF16": "utf-16", "UTF16LE": "utf-16-le",
+                "UTF16BE": "utf-16-be", "UTF16BOM": "utf-16"}[hints["encoding"]]
+    text = data.decode(encoding)
+
+    class Dialect(csv.Dialect):
+        delimiter = hints["field-delimiter"]
+        quotechar = hints["quotechar"]
+        escapechar = hints["escape"]
+        doublequote = hints["doublequote"]
+        skipinitialspace = False
+        lineterminator = hints["record-terminator"]
+        quoting = {None: csv.QUOTE_NONE, "minimal": csv.QUOTE_MINIMAL, "all": csv.QUOTE_ALL,
+                   "nonnumeric": csv.QUOTE_NONNUMERIC}[hints["quoting"]]
+
+    terminator = hints["record-terminator"]
+    if terminator in ("\n", "\r\n", "\r"):
+        records = list(csv.reader(io.StringIO(text, newline=""), Dialect))
+    else:  # the csv reader only knows CR/LF: split the records on the terminator, then read each one
+        assert text.endswith(terminator)
+        records = [next(csv.reader([r], Dialect)) for r in text[:-len(terminator)].split(terminator)]
+    names = [c.name for c in table_def.columns] + [META]
+    if hints["header-row"]:
+        assert records.pop(0) == names
+    types = {c.name: c.type for c in table_def.columns}
+    return [{n: parse(v, types.get(n, "STRING"), hints) for n, v in zip(names, rec, strict=True)} for rec in records]
+
+
+def parse(text: str, fivetran_type: str, hints: dict[str, Any]) -> Any:
+    if text == "":
+        return None
+    if fivetran_type == "BOOLEAN":
+        return {"true": True, "false": False}[text]
+    if fivetran_type in ("SHORT", "INT", "LONG"):
+        return int(text)
+    if fivetran_type in ("FLOAT", "DOUBLE"):  # documented spellings: NaN, Infinity, -Infinity, or a plain number
+        assert text in ("NaN", "Infinity", "-Infinity") or re.fullmatch(r"-?\d+(\.\d+)?(e[+-]\d+)?", text), text
+    if fivetran_type == "FLOAT":  # the shortest text of the float32: read back at float32
+        return struct.unpack("<f", struct.pack("<f", float(text)))[0]
+    if fivetran_type == "DOUBLE":
+        return float(text)
+    if fivetran_type == "DECIMAL":
+        assert "E" not in text.upper(), text  # plain notation
+        return Decimal(text)
+    if fivetran_type == "NAIVE_DATE":
+        return dt.datetime.strptime(text, python_format(hints["dateformat"])).date()
+    if fivetran_type == "NAIVE_TIME":
+        return dt.datetime.strptime(text, python_format(hints["timeonlyformat"])).time()
+    if fivetran_type == "NAIVE_DATETIME":
+        return dt.datetime.strptime(text, python_format(hints["datetimeformat"]))
+    if fivetran_type == "UTC_DATETIME":
+        value = dt.datetime.strptime(text, python_format(hints["datetimeformattz"]))
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    if fivetran_type == "BINARY":
+        return base64.b64decode(text, validate=True)
+    return text
+
+
+def expected_stored(rows: list[dict[str, Any]], hints: dict[str, Any], table_def: TableDef) -> list[dict[str, Any]]:
+    """The rows as the docs say a variant stores them: values it cannot hold NULL, recorded in the row's meta."""
+    unquoted = hints["quoting"] is None and hints["escape"] is None
+    forbidden = ["\x00"] + ([hints["field-delimiter"], hints["record-terminator"], "\r", "\n"] if unquoted else [])
+    out = []
+    for row in rows:
+        row = dict(row)
+        nulled = []
+        for c in table_def.columns:
+            v = row[c.name]
+            if (isinstance(v, (str, bytes)) and len(v) == 0) or (isinstance(v, str) and any(f in v for f in forbidden)):
+                row[c.name] = None
+                nulled.append({"field": c.name, "change": "NULLED", "reason": "DESTINATION_SERIALIZATION_ERROR"})
+        if nulled:
+            meta = json.loads(row[META]) if row[META] else {"version": 0, "changes": []}
+            row[META] = {"version": meta["version"], "changes": meta["changes"] + nulled}
+        elif row[META]:
+            row[META] = json.loads(row[META])
+        out.append(row)
+    return out
+
+
+def decoded_meta(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{**r, META: json.loads(r[META]) if r[META] else None} for r in rows]
+
+
+@pytest.mark.parametrize(("variant", "overrides"), VARIANTS, ids=VARIANT_IDS)
+def test_delimited_round_trips_and_the_csv_module_reads_every_value_from_the_hints_alone(variant: str, overrides: dict[str, Any]) -> None:
+    table = edge_table()
+    c = codec("delimited", variant, overrides)
+    hints = json.loads(c.format_content())["hints"]
+    assert json.loads(c.format_content()) == {"type": "delimited", "variant": variant, "hints": hints}
+    assert len(hints) == 13
+    buf = io.BytesIO()
+    stored = c.write(table, TABLE_DEF, buf)
+    want = expected_stored(edge_rows_as_arrow_pylist(table), hints, TABLE_DEF)
+    assert_rows_equal(decoded_meta(edge_rows_as_arrow_pylist(stored)), want)
+    assert_rows_equal(decoded_meta(oracle_rows(buf.getvalue(), hints, TABLE_DEF)), want)
+    back = c.read(io.BytesIO(buf.getvalue()), TABLE_DEF)
+    assert back.schema == stored.schema
+    assert_rows_equal(back.to_pylist(), stored.to_pylist())
+
+
+def test_a_variant_records_what_it_cannot_hold_in_the_rows_meta() -> None:
+    """vertica neither quotes nor escapes: its delimiter, terminator, CR and LF cannot be held; csv holds them."""
+    rows = [_row(1, name="a\x01b"), _row(2, name="a\nb"), _row(3, name="fine, \"quoted\"")]
+    table = pa.Table.from_pylist(rows, schema=arrow_schema(list(COLUMNS)))
+    stored = codec("delimited", "vertica").write(table, TABLE_DEF, io.BytesIO())
+    assert stored.column("name").to_pylist() == [None, None, 'fine, "quoted"']
+    metas = [json.loads(m) for m in stored.column(META).to_pylist()]
+    assert [m["changes"] for m in metas] == [[{"field": "name", "change": "NULLED", "reason": "DESTINATION_SERIALIZATION_ERROR"}]] * 2 + [[]]
+    assert [m["version"] for m in metas] == [3, 3, 3]
+    kept = codec("delimited", "csv", CSV_ISO).write(table, TABLE_DEF, io.BytesIO())
+    assert kept.column("name").to_pylist() == ["a\x01b", "a\nb", 'fine, "quoted"']
+
+
+def test_a_header_row_the_variant_cannot_write_is_refused() -> None:
+    table = TableDef("t", (ColumnDef("id", "LONG", True), ColumnDef("a\nb", "STRING")))
+    c = codec("delimited", "bluelabs", {"header-row": True})
+    c.check(table)  # bluelabs escapes the newline
+    with pytest.raises(BadRequest, match=r"column 'a\\nb'"):
+        Codec("delimited", "vertica", {**c.hints, **hints_mod._VARIANTS["vertica"], "header-row": True}).check(table)
+
+
+# ---- records-mover: the format file strictly, and the directory into pandas ---------------------------------
+
+def _resolver():  # type: ignore[no-untyped-def]
+    from records_mover.url.resolver import UrlResolver
+
+    return UrlResolver(boto3_session_getter=lambda: None, gcs_client_getter=lambda: None,
+                       gcp_credentials_getter=lambda: None)
+
+
+def pandas_rows() -> list[dict[str, Any]]:
+    """Rows pandas can hold: timestamps within its nanosecond range, no text pandas reads as NA by default, integers
+    within 2^53 (records-mover's reader lets pandas turn an integer column with NULLs into float64)."""
+    return [
+        _row(1, flag=True, small=-(2**15), count=-(2**31), big=-(2**53), amount=Decimal("-12345.6789012345"),
+             huge=Decimal("1.5"), ratio=0.5, score=1 / 3, day=dt.date(1970, 1, 1),
+             local_at=dt.datetime(2001, 2, 3, 4, 5, 6, 7), created_at=dt.datetime(2020, 1, 2, 3, 4, 5, 6, tzinfo=UTC),
+             at_time=dt.time(23, 59, 59, 999999), payload=b"\x00\xff", name='a, "quoted"\nvalue',
+             attrs='{"k": [1, 2]}', doc="<x>ü</x>"),
+        _row(2, flag=False, small=7, count=8, big=2**53, amount=Decimal("0.0000000001"), huge=Decimal(0),
+             ratio=-2.25, score=-0.0, day=dt.date(2262, 4, 11), local_at=dt.datetime(1677, 9, 22),
+             created_at=dt.datetime(2262, 4, 11, tzinfo=UTC), at_time=dt.time(0, 0), payload=b"x",
+             name="back\\slash", attrs="[]", doc="<y/>", _fivetran_deleted=True),
+        _row(3),
+    ]
+
+
+@pytest.mark.parametrize("fmt", ["avro", "delimited"])
+def test_records_mover_loads_the_format_file_strictly(tmp_path: Path, fmt: str) -> None:
+    from records_mover.records.records_directory import RecordsDirectory
+
+    c = codec(fmt, "bluelabs" if fmt == "delimited" else None)
+    table = pa.Table.from_pylist(pandas_rows(), schema=arrow_schema(list(COLUMNS)))
+    write_directory(tmp_path / "d", c, table, TABLE_DEF)
+    records = RecordsDirectory(records_loc=_resolver().directory_url((tmp_path / "d").as_uri() + "/"))
+    loaded = records.load_format(fail_if_dont_understand=True)
+    if fmt == "avro":
+        assert type(loaded).__name__ == "AvroRecordsFormat" and (tmp_path / "d" / "_format_avro").read_bytes() == b""
+    else:
+        assert loaded.hints == c.hints and loaded.variant == "bluelabs"  # type: ignore[attr-defined]
+        loaded.validate(fail_if_cant_handle_hint=True)  # type: ignore[attr-defined]
+    (entry,) = records.get_manifest()["entries"]
+    assert entry["meta"]["content_length"] == Path(entry["url"].removeprefix("file://")).stat().st_size
+    assert [f.name for f in records.load_schema_json_obj().fields] == [c.name for c in COLUMNS] + [META]
+
+
+def _from_pandas(value: Any, fivetran_type: str) -> Any:
+    """A records-mover DataFrame cell as the Python value of the column's type (its documented text forms)."""
+    import pandas as pd
+
+    if value is None or (isinstance(value, float) and math.isnan(value) and fivetran_type not in ("FLOAT", "DOUBLE")):
+        return None
+    if value is pd.NaT:
+        return None
+    if fivetran_type == "BOOLEAN":
+        return bool(value)
+    if fivetran_type in ("SHORT", "INT", "LONG"):
+        return int(value)
+    if fivetran_type in ("FLOAT", "DOUBLE"):
+        return float(value)
+    if fivetran_type == "DECIMAL":
+        return Decimal(str(value))
+    if fivetran_type == "NAIVE_DATE":
+        return pd.Timestamp(value).date()
+    if fivetran_type == "NAIVE_TIME":
+        return pd.Timestamp(value).time()
+    if fivetran_type == "NAIVE_DATETIME":
+        return pd.Timestamp(value).to_pydatetime()
+    if fivetran_type == "UTC_DATETIME":
+        return pd.Timestamp(value).tz_convert(UTC).to_pydatetime() if pd.Timestamp(value).tzinfo else \
+            pd.Timestamp(value).to_pydatetime().replace(tzinfo=UTC)
+    if fivetran_type == "BINARY":
+        return base64.b64decode(value)
+    return str(value)
+
+
+@pytest.mark.parametrize(("variant", "overrides"), [("bluelabs", {}), ("csv", CSV_ISO), ("bigquery", {}), ("vertica", {}),
+                                                    ("bluelabs", {"compression": "BZIP", "header-row": True})],
+                         ids=["bluelabs", "csv", "bigquery", "vertica", "bluelabs-bzip-header"])
+def test_records_mover_reads_each_delimited_variant_into_the_parquet_tables_rows(tmp_path: Path, variant: str, overrides: dict[str, Any]) -> None:
+    from records_mover.records.processing_instructions import ProcessingInstructions
+    from records_mover.records.records_directory import RecordsDirectory
+    from records_mover.records.sources.directory import RecordsDirectoryRecordsSource
+
+    table = pa.Table.from_pylist(pandas_rows(), schema=arrow_schema(list(COLUMNS)))
+    c = codec("delimited", variant, overrides)
+    stored = write_directory(tmp_path / "d", c, table, TABLE_DEF)
+    # the rows as stored: unchanged but for what vertica cannot hold (row 1's name has a newline), recorded
+    assert_rows_equal(decoded_meta(stored.to_pylist()), expected_stored(table.to_pylist(), c.hints, TABLE_DEF))
+    assert (stored.column("name")[0].as_py() is None) == (variant == "vertica")
+    pq.write_table(stored, tmp_path / "reference.parquet")
+    reference = pq.read_table(tmp_path / "reference.parquet").to_pylist()  # the Parquet table's rows
+    resolver = _resolver()
+    source = RecordsDirectoryRecordsSource(RecordsDirectory(resolver.directory_url((tmp_path / "d").as_uri() + "/")),
+                                           fail_if_dont_understand=True, url_resolver=resolver)
+    instructions = ProcessingInstructions(fail_if_dont_understand=True, fail_if_cant_handle_hint=True,
+                                          fail_if_row_invalid=True)
+    with source.to_fileobjs_source(instructions) as fileobjs, fileobjs.to_dataframes_source(instructions) as frames:
+        import pandas as pd
+
+        df = pd.concat(list(frames.dfs))
+    types = {c.name: c.type for c in COLUMNS}
+    names = [c.name for c in COLUMNS] + [META]
+    if not (overrides.get("header-row") or hints_mod._VARIANTS[variant].get("header-row")):
+        df.columns = names
+    assert list(df.columns) == names
+    got = [{n: _from_pandas(None if pd.isna(v) and not isinstance(v, float) else v, types.get(n, "STRING"))
+            for n, v in zip(names, rec, strict=True)} for rec in df.itertuples(index=False)]
+    want = [{k: (v.astimezone(UTC) if isinstance(v, dt.datetime) and v.tzinfo else v) for k, v in r.items()}
+            for r in reference]
+    for g, w in zip(got, want, strict=True):  # pandas reads an all-NULL float column as NaN: NULL there
+        for n in ("ratio", "score"):
+            if w[n] is None and isinstance(g[n], float) and math.isnan(g[n]):
+                g[n] = None
+    assert_rows_equal(got, want)
