@@ -16,6 +16,7 @@ from contextlib import AbstractContextManager
 from destination import logs
 from destination.catalogs.kinds import follow_hook
 from destination.catalogs.settings import CatalogSettings
+from destination.errors import StorageError
 from destination.storage.base import Storage, StorageSpec, open_storage
 from destination.table_formats.sync import formats_named, oldest_retained
 from destination.table_store.options import TABLE_FORMATS
@@ -65,7 +66,12 @@ def start_catch_up(spec: StorageSpec, catalog: CatalogSettings, lock: Lock, stop
     def run() -> None:
         started = time.monotonic()
         try:
-            checked, failed = catch_up_root(open_storage(spec), catalog, lock, stopping)
+            storage = open_storage(spec)
+        except StorageError:  # the health check's WARNING says why, once; the next request catches its table up
+            logs.info(f"start-up catch-up of {spec.root} skipped: the root cannot be opened (see the health check)")
+            return
+        try:
+            checked, failed = catch_up_root(storage, catalog, lock, stopping)
         except Exception as exc:  # the root unopenable or unreadable: the health check and requests say so
             logs.warning(f"start-up catch-up of {spec.root} failed: {type(exc).__name__}: {exc}")
             return
