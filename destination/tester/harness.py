@@ -168,7 +168,7 @@ class Harness:
         warning about each configuration key the form does not know; then Capabilities."""
         form = self.stub.ConfigurationForm(common.ConfigurationFormRequest(), timeout=60)
         self.report("ConfigurationForm", "-", f"{len(form.fields)} fields, {len(form.tests)} tests", True)
-        fields = [f.name for f in form.fields]
+        fields = form_field_names(list(form.fields))
         for source, configuration in (configurations or {"configuration": self.configuration}).items():
             for warning in configuration_warnings(source, configuration, fields):
                 self.warnings += 1
@@ -394,3 +394,14 @@ def batch_path_map(workdir: Path, batch_dir: str | None, server_batch_dir: str |
     """--batch-dir as the tester sees it, --server-batch-dir (default: the same path) as the server does."""
     local = Path(batch_dir).resolve() if batch_dir is not None else workdir
     return PathMap(local, PurePosixPath(server_batch_dir or local.as_posix()))
+
+
+def form_field_names(fields: list[common.FormField]) -> list[str]:
+    """The names a configuration may carry: the form's fields and those its ConditionalFields show (the catalog's)."""
+    names: list[str] = []
+    for f in fields:
+        if f.HasField("conditional_fields"):
+            names.extend(form_field_names(list(f.conditional_fields.fields)))
+        else:
+            names.append(f.name)
+    return names
