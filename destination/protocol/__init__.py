@@ -24,4 +24,18 @@ except ImportError as exc:  # pragma: no cover - only on a broken install
         "installed. Run `pip install -e .` (or `pip install .`) from the repository root."
     ) from exc
 
-__all__ = ["common", "sdk", "sdk_grpc"]
+
+
+def form_field_names(fields: list[common.FormField]) -> list[str]:
+    """The names a configuration may carry: a form's fields and those its ConditionalFields show (the server's
+    unknown-field warning and the tester's both read them)."""
+    names: list[str] = []
+    for f in fields:
+        if f.HasField("conditional_fields"):
+            names.extend(form_field_names(list(f.conditional_fields.fields)))
+        else:
+            names.append(f.name)
+    return names
+
+
+__all__ = ["common", "form_field_names", "sdk", "sdk_grpc"]

@@ -21,7 +21,7 @@ from destination.catalogs.settings import (
 from destination.changes.settings import FORMATS, FULL, IMAGES, OFF
 from destination.errors import UserActionRequired
 from destination.placement import TARGET_FILE_BYTES
-from destination.protocol import common
+from destination.protocol import common, form_field_names
 from destination.settings import ServerOptions
 from destination.storage.base import StorageSpec
 from destination.table_store.options import (
@@ -143,19 +143,8 @@ def catalog_form_fields() -> list[common.FormField]:
     return [dropdown, shown_for(SQL, sql), shown_for(GLUE, glue)]
 
 
-def field_names(fields: list[common.FormField]) -> list[str]:
-    """The names a configuration can carry: the fields, and those inside their ConditionalFields."""
-    names: list[str] = []
-    for f in fields:
-        if f.HasField("conditional_fields"):
-            names.extend(field_names(list(f.conditional_fields.fields)))
-        else:
-            names.append(f.name)
-    return names
-
-
 def known_fields() -> list[str]:
-    return field_names(list(configuration_form().fields))
+    return form_field_names(list(configuration_form().fields))
 
 
 def unknown_fields_message(configuration: dict[str, str]) -> str | None:

@@ -73,7 +73,7 @@ from urllib.parse import quote, unquote
 
 from destination.errors import StorageError, scrub
 from destination.storage.base import Storage, StorageSpec
-from destination.table_formats.version import DELTA, LakeVersion
+from destination.table_formats.version import DELTA, LakeVersion, left_out_text
 from destination.table_model import DESTINATION_META, ColumnDef, TableDef
 from destination.table_store.layout import parse_version_dir
 from destination.type_mapping import decimal_storage
@@ -126,12 +126,7 @@ def configuration(table: TableDef, change_feed: bool) -> dict[str, str]:
 
 
 def _left_out_description(table: TableDef) -> str | None:
-    """The table's description naming the columns left out of the schema (None: none)."""
-    left_out = [f"{c.name} {c.ddl()}" for c in table.columns if delta_type(c) is None]
-    if not left_out:
-        return None
-    return ("Columns not in this Delta schema (no Delta type every reader accepts over their Parquet bytes; read "
-            f"them from the records directories): {', '.join(left_out)}")
+    return left_out_text(table, "Delta", delta_type)
 
 
 def delta_storage_options(spec: StorageSpec) -> dict[str, str]:

@@ -104,7 +104,7 @@ from pyiceberg.types import (
 from destination import field_ids, logs
 from destination.errors import DestinationError
 from destination.storage.base import Storage, StorageSpec
-from destination.table_formats.version import ICEBERG, LakeVersion
+from destination.table_formats.version import ICEBERG, LakeVersion, left_out_text
 from destination.table_model import DESTINATION_META, ColumnDef, TableDef
 from destination.type_mapping import decimal_storage
 
@@ -137,11 +137,7 @@ def iceberg_type(col: ColumnDef) -> IcebergType | None:
 
 def left_out_comment(table: TableDef) -> str | None:
     """The table's `comment` (what Spark's DESCRIBE shows) naming the columns left out of the schema; None: none."""
-    left_out = [f"{c.name} {c.ddl()}" for c in table.columns if iceberg_type(c) is None]
-    if not left_out:
-        return None
-    return ("Columns not in this Iceberg schema (no Iceberg type every reader accepts over their Parquet bytes; "
-            f"read them from the records directories): {', '.join(left_out)}")
+    return left_out_text(table, "Iceberg", iceberg_type)
 
 
 def file_io_properties(spec: StorageSpec) -> dict[str, str]:

@@ -2,11 +2,12 @@
 (`sync.py` builds it) and the format writers (`delta.py`, `iceberg.py`)."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from destination.storage.base import Storage
-from destination.table_model import TableDef
+from destination.table_model import ColumnDef, TableDef
 from destination.table_store.options import DELTA as DELTA  # the format names are the configuration's
 from destination.table_store.options import ICEBERG as ICEBERG
 from destination.table_store.options import TABLE_FORMATS as TABLE_FORMATS
@@ -62,3 +63,13 @@ class TableFormat(Protocol):
         Versions before `oldest_retained` (<= version.version) stop being offered to readers: records retention
         deletes the files only they list right after this call, so time travel to them must fail, not read
         missing files."""
+
+
+def left_out_text(table: TableDef, format_title: str, type_of: Callable[[ColumnDef], Any]) -> str | None:
+    """The table description naming the columns a format's schema leaves out (`type_of` gives None for them), so
+    their absence is never silent to that format's readers; None when every column is in the schema."""
+    left_out = [f"{c.name} {c.ddl()}" for c in table.columns if type_of(c) is None]
+    if not left_out:
+        return None
+    return (f"Columns not in this {format_title} schema (no {format_title} type every reader accepts over their "
+            f"Parquet bytes; read them from the records directories): {', '.join(left_out)}")

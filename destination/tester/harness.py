@@ -22,7 +22,7 @@ from typing import Any
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from destination.protocol import common, sdk, sdk_grpc
+from destination.protocol import common, form_field_names, sdk, sdk_grpc
 from destination.table_model import ACTIVE, DELETED, END, FIVETRAN_ID, START, SYNCED
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING, csv_bytes, parquet_bytes, seal
 from destination.tester.inputs import configuration_warnings
@@ -394,14 +394,3 @@ def batch_path_map(workdir: Path, batch_dir: str | None, server_batch_dir: str |
     """--batch-dir as the tester sees it, --server-batch-dir (default: the same path) as the server does."""
     local = Path(batch_dir).resolve() if batch_dir is not None else workdir
     return PathMap(local, PurePosixPath(server_batch_dir or local.as_posix()))
-
-
-def form_field_names(fields: list[common.FormField]) -> list[str]:
-    """The names a configuration may carry: the form's fields and those its ConditionalFields show (the catalog's)."""
-    names: list[str] = []
-    for f in fields:
-        if f.HasField("conditional_fields"):
-            names.extend(form_field_names(list(f.conditional_fields.fields)))
-        else:
-            names.append(f.name)
-    return names
