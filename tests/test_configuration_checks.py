@@ -100,10 +100,11 @@ def test_a_storage_test_leaves_the_root_as_it_found_it(stub, configuration, requ
 def test_a_storage_test_of_a_missing_local_folder_creates_nothing_and_says_so(stub, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     for missing in (tmp_path / "absent", tmp_path / "no" / "such" / "chain"):
         answer = storage_test(stub, {"root": str(missing)})
-        assert answer.failure == (f"the root directory {str(missing)!r} does not exist: create it (the Test creates "
-                                  "nothing), or fix `root`"), answer
+        assert answer.failure == (f"the root directory {str(missing)!r} does not exist: the Test creates nothing; "
+                                  "create the folder or fix `root`"), answer
     assert list(tmp_path.iterdir()) == []
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
     answer = storage_test(stub, {"root": str(blocker)})
-    assert answer.failure == f"the root directory {str(blocker)!r} is a file, not a folder: fix `root`", answer
+    assert answer.failure == (f"the root {str(blocker)!r} is a file, not a directory: the Test creates nothing; "
+                              "create the folder or fix `root`"), answer

@@ -46,8 +46,7 @@ from destination.rpc.configuration import (
 from destination.rpc.observe import Observer, result_of
 from destination.rpc.proto_convert import file_format, table_from_proto, table_to_proto
 from destination.settings import ServerOptions
-from destination.storage.base import StorageSpec, open_storage
-from destination.storage.local import root_problem
+from destination.storage.base import StorageSpec, local_root_problem, open_storage
 from destination.storage.s3 import transient_error
 from destination.table_model import DELETED
 from destination.table_store.options import StoreOptions, store_options
@@ -186,9 +185,9 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         """Write, read back and delete a probe object directly under the root, leaving the root as it was found:
         a local root that does not exist is a failure naming it, not created (nor are its parents)."""
         spec = storage_spec(dict(configuration), self.options)
-        problem = None if spec.is_s3 else root_problem(spec.root)
+        problem = local_root_problem(spec.root, must_exist=True)  # None for s3://
         if problem is not None:
-            raise UserActionRequired(problem)
+            raise UserActionRequired(f"{problem}: the Test creates nothing; create the folder or fix `root`")
         storage = self.backend(configuration).store.storage
         probe = f".probe-{uuid.uuid4().hex}"
         payload = os.urandom(64)

@@ -28,17 +28,6 @@ def process_umask() -> int:
     return current
 
 
-def root_problem(root: str) -> str | None:
-    """Why a local root cannot be used as it is, without creating anything (the storage Test): it does not exist,
-    or it is a file. None when it is a folder."""
-    path = Path(root).expanduser()
-    if path.is_dir():
-        return None
-    if path.exists():
-        return f"the root directory {str(path)!r} is a file, not a folder: fix `root`"
-    return f"the root directory {str(path)!r} does not exist: create it (the Test creates nothing), or fix `root`"
-
-
 class LocalStorage(Storage):
     def __init__(self, spec: StorageSpec) -> None:
         self.spec = spec
