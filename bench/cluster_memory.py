@@ -1,6 +1,6 @@
 """Driver memory for a large request on a Spark standalone cluster (not a test; issue 18 §6).
 
-Starts a master and two workers on 127.0.0.1 (tests/sparkcluster.py), a `serve` process whose Spark master is that
+Starts a master and two workers on 127.0.0.1 (testbed/sparkcluster.py), a `serve` process whose Spark master is that
 cluster, writes `--files` encrypted batch files of about `--gb` GB in total, and sends them as ONE WriteBatch into a
 table that already holds rows (the shuffled path: one decode task per file). The server process and its Spark
 driver JVM are sampled every 100 ms (bench/server.py's MemorySampler); the executors are not part of it.
@@ -124,7 +124,7 @@ def executors_rss(workers: list[subprocess.Popen[bytes]]) -> int:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from tests.sparkcluster import start_cluster
+    from testbed.sparkcluster import start_cluster
 
     work = Path(args.work or tempfile.mkdtemp(prefix="cluster-memory-"))
     source = Path(args.source).resolve()
@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         files = write_files(work / "batches", int(args.gb * 1e9), args.files)
     s3 = None
     if args.backend == "s3":
-        from tests.s3server import ACCESS_KEY, SECRET_KEY, start_seaweedfs
+        from testbed.s3server import ACCESS_KEY, SECRET_KEY, start_seaweedfs
 
         s3 = start_seaweedfs()
         s3.create_bucket("bench")

@@ -37,8 +37,8 @@ from bench.batches import BatchFile
 from bench.data import KEY
 from bench.tables import data_file_urls
 from bench.workload import FileJob, SetPlan, cached_set
-from destination.table_store.datafiles import dictionary_columns
-from destination.table_store.store import TableStore
+from destination.shared.on_disk.datafiles import dictionary_columns
+from destination.store.table_store import TableStore
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING
 
 UPDATE_SHARE, DELETE_SHARE = 0.10, 0.05  # of a sync's rows, in the rounds that have an update / a delete file

@@ -41,11 +41,11 @@ from bench.data import Pools, column_names, plain_rows, text_table
 from bench.server import create_table, write
 from bench.workload import stamp
 from destination.protocol import sdk_grpc
-from destination.settings import ServerOptions
-from destination.storage.base import Storage, StorageSpec, open_storage
+from destination.shared.on_disk import layout, records
+from destination.shared.settings import ServerOptions
+from destination.shared.storage.base import Storage, StorageSpec, open_storage
+from destination.store.table_store import TableStore
 from destination.table_formats.sync import FollowFormats
-from destination.table_store import layout, records
-from destination.table_store.store import TableStore
 
 SCHEMA, TABLE = "bench", "clustered"
 
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from destination.rpc.server import build_server
     from destination.write.session import get_session
-    from tests.s3server import ACCESS_KEY, SECRET_KEY, free_port, start_seaweedfs
+    from testbed.s3server import ACCESS_KEY, SECRET_KEY, free_port, start_seaweedfs
 
     get_session("local[2]")  # before the gRPC server's threads: launching the JVM forks this process
     work = Path(tempfile.mkdtemp(prefix="bench-layouts-"))

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.results import Measurement, Run, pass_key
-from destination.table_store.options import REFERENCING, default_layout
+from destination.shared.on_disk.options import REFERENCING, default_layout
 
 GIB = 2**30
 MEMORY_LIMIT = 4 * 10**9

@@ -27,8 +27,8 @@ from bench.scenarios import FLEET, GROUPS, rows_option, selected_groups
 from bench.server import Server, create_table, soft_truncate, unknown_fields, write
 from bench.tables import data_file_urls, stored_bytes
 from bench.workload import CLUSTERED_KINDS, STEP_MS, T0_MS, Shape, Workload, clustered_kind, clustered_name
-from destination.storage.base import StorageSpec, open_storage
-from destination.table_store.store import TableStore, TableVersion
+from destination.shared.storage.base import StorageSpec, open_storage
+from destination.store.table_store import TableStore, TableVersion
 
 SCHEMA = "bench"
 DEFAULT_CACHE = Path.home() / ".cache" / "records-destination-bench"
@@ -46,7 +46,7 @@ class Backend:
         self.s3: Any = None
         self.s3_access: duck.S3Access | None = None
         if name == "s3":
-            from tests.s3server import ACCESS_KEY, SECRET_KEY, start_seaweedfs
+            from testbed.s3server import ACCESS_KEY, SECRET_KEY, start_seaweedfs
 
             self.s3 = start_seaweedfs()
             self.s3.create_bucket("bench")

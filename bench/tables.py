@@ -7,9 +7,9 @@ import json
 import os
 from pathlib import Path
 
-from destination.storage.base import Storage
-from destination.table_store.records import MANIFEST
-from destination.table_store.store import TableVersion
+from destination.shared.on_disk.records import MANIFEST
+from destination.shared.storage.base import Storage
+from destination.store.table_store import TableVersion
 
 
 def data_file_urls(storage: Storage, version: TableVersion) -> list[str]:

@@ -5,8 +5,8 @@ import argparse
 import os
 import sys
 
-from destination import logs
-from destination.errors import DestinationError, UserActionRequired
+from destination.shared import logs
+from destination.shared.errors import DestinationError, UserActionRequired
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -14,8 +14,8 @@ def _serve(args: argparse.Namespace) -> int:
     # that child can die on a closed epoll descriptor before it execs (grpc/grpc#43055), failing Spark's start.
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
     from destination.rpc.server import serve
-    from destination.settings import server_options
-    from destination.storage.base import local_root_problem
+    from destination.shared.settings import server_options
+    from destination.shared.storage.base import local_root_problem
 
     problem = local_root_problem(args.root, must_exist=False)
     if problem is not None:  # a missing directory is created; a file never becomes one
@@ -69,10 +69,10 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _formats(args: argparse.Namespace) -> int:
-    from destination.catalogs.settings import catalog_from_file
+    from destination.catalogs.catalog_settings import catalog_from_file
     from destination.commands.formats import formats_command
     from destination.commands.inspection import open_root
-    from destination.table_store.options import FORMATS_FIELD, table_formats
+    from destination.shared.on_disk.options import FORMATS_FIELD, table_formats
 
     names = table_formats({FORMATS_FIELD: args.formats})
     storage = open_root(args.root, _s3_options(args))

@@ -8,15 +8,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from destination import row_meta
-from destination.conversion import Failure, convert_column
-from destination.keys import key_tokens
-from destination.storage.base import open_storage
-from destination.table_model import DESTINATION_META, ColumnDef, TableDef
-from destination.table_store.datafiles import align, read_data_file
-from destination.table_store.locations import file_dir
-from destination.type_mapping import arrow_schema, arrow_type
-from spark_jobs.contracts import CheckConversionUnit, ConversionCheck, JobContext
+from destination.shared import row_meta
+from destination.shared.conversion import Failure, convert_column
+from destination.shared.keys import key_tokens
+from destination.shared.table_model import DESTINATION_META, ColumnDef, TableDef
+from destination.shared.type_mapping import arrow_schema, arrow_type
 
 
 def _as_text(values: pa.Array) -> pa.Array:
@@ -71,7 +67,7 @@ def convert_table(old: pa.Table, old_def: TableDef, new_def: TableDef, version: 
     return pa.Table.from_arrays(arrays, schema=schema), len(failures)
 
 
-# ---- AlterTable's check before a lossy type change (destination/type_changes.py) --------------------------
+# ---- AlterTable's check before a lossy type change (destination/shared/type_changes.py) --------------------------
 
 TEXT_TYPES = ("STRING", "XML", "JSON")  # a text value that converts is kept, except numbers: compared as numbers
 NUMBER_TYPES = ("SHORT", "INT", "LONG", "DECIMAL", "FLOAT", "DOUBLE")
@@ -158,17 +154,3 @@ def colliding_keys(table: pa.Table, key_columns: list[ColumnDef]) -> tuple[int, 
         return 0, -1
     first = pc.index(tokens, repeated.field("values")[0]).as_py()
     return int(pc.sum(repeated.field("counts")).as_py()), int(first)
-
-
-def check_conversion_task(ctx: JobContext, unit: CheckConversionUnit) -> ConversionCheck:
-    """Count the values of the unit's columns in one stored file that the change to ctx.table would lose, with
-    one row's key per column (lost_values). Writes nothing."""
-    storage = open_storage(ctx.storage)
-    old_def = unit.old_table
-    keys = old_def.key_columns
-    needed = list(dict.fromkeys([*unit.columns, *keys]))
-    old = align(read_data_file(storage, file_dir(ctx.read_dir, unit.file), unit.file.name, needed), old_def.with_columns(
-        [c for c in old_def.columns if c.name in needed]))
-    lost = lost_values(old, old_def, ctx.table, list(unit.columns))
-    return ConversionCheck(lost={name: count for name, (count, _row) in lost.items()},
-                           example={name: key_text(old, row, keys) for name, (_count, row) in lost.items()})

@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, cast
 
-from destination.batch.reader import FileFormat
-from destination.changes.files import ChangeTarget
-from destination.changes.metadata import KIND_ROWS, ChangeFile
-from destination.conversion import FailureKey
-from destination.storage.base import StorageSpec, open_storage
-from destination.table_model import TableDef
-from destination.table_store.datafiles import DataFile
+from destination.shared.batch.reader import FileFormat
+from destination.shared.changes.files import ChangeTarget
+from destination.shared.changes.metadata import KIND_ROWS, ChangeFile
+from destination.shared.conversion import FailureKey
+from destination.shared.on_disk.datafiles import DataFile
+from destination.shared.storage.base import StorageSpec, open_storage
+from destination.shared.table_model import TableDef
 
 # the roles of a request's batch files, in the order their rows apply (fivetran-protocol §10.1, §10.2)
 FILE_KINDS = ("earliest", "replace", "update", "delete")
@@ -40,7 +40,7 @@ class JobContext:
     table: TableDef  # the new version's definition
     version: int
     changes: ChangeTarget | None = None  # where the version's change files go, when change files are on
-    target_file_bytes: int = 64 << 20  # the data-file size writes aim for (destination.placement)
+    target_file_bytes: int = 64 << 20  # the data-file size writes aim for (destination.shared.placement)
     scratch: StorageSpec | None = None  # where sorted runs are staged (None: the table's own storage)
     run_compression: str | None = "lz4"  # how sorted runs are staged: IPC buffer compression, None: uncompressed
 
@@ -102,7 +102,7 @@ class RunSlice:
 
 @dataclass(frozen=True, kw_only=True)
 class RangeUnit:
-    """One unit of a write over the table's key ranges (destination.placement): the range [lo, hi) of entity keys
+    """One unit of a write over the table's key ranges (destination.shared.placement): the range [lo, hi) of entity keys
     (JSON keys, None: unbounded), the base's files that overlap it, and the request's operations in it — Arrow
     IPC chunks (decoded on the driver) and/or slices of sorted runs (filtered to the range by the task)."""
 

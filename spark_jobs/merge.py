@@ -14,11 +14,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from destination import row_meta
-from destination.key_order import sort_keys
-from destination.keys import key_tokens, run_start_index
-from destination.table_model import DESTINATION_META, ColumnDef, TableDef
-from destination.type_mapping import arrow_schema
+from destination.shared import row_meta
+from destination.shared.key_order import sort_keys
+from destination.shared.keys import key_tokens, run_start_index
+from destination.shared.table_model import DESTINATION_META, ColumnDef, TableDef
+from destination.shared.type_mapping import arrow_schema
 from spark_jobs.operations import CHANGES, KEY, OP, OP_DELETE, OP_REPLACE, OP_UPDATE, SEQ, UNMOD
 
 
@@ -44,7 +44,7 @@ class MergeResult:
     table: pa.Table  # the range's rows after the merge, in the file schema
     counts: MergeCounts = field(default_factory=MergeCounts)
     # with change tracking: the stored rows the request replaced or removed, and the rows it wrote
-    # (destination.changes.events.pair_changes turns them into the version's events)
+    # (destination.shared.changes.events.pair_changes turns them into the version's events)
     before: pa.Table | None = None
     after: pa.Table | None = None
 

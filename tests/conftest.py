@@ -12,12 +12,12 @@ import grpc
 import pytest
 
 from destination.rpc.service import DestinationService
-from destination.settings import ServerOptions
-from destination.storage.base import Storage, StorageSpec, open_storage
-from destination.table_store.options import LAYOUT_FIELD, LAYOUTS, default_layout
-from destination.table_store.store import Retention, TableStore
+from destination.shared.on_disk.options import LAYOUT_FIELD, LAYOUTS, default_layout
+from destination.shared.settings import ServerOptions
+from destination.shared.storage.base import Storage, StorageSpec, open_storage
+from destination.store.table_store import Retention, TableStore
+from testbed.s3server import ACCESS_KEY, SECRET_KEY, S3Server, start_seaweedfs
 from tests import serverproc
-from tests.s3server import ACCESS_KEY, SECRET_KEY, S3Server, start_seaweedfs
 
 BUCKET = "records-tests"
 
@@ -88,7 +88,7 @@ def store(storage: Storage, request: pytest.FixtureRequest) -> TableStore:
 def grpc_endpoint(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, DestinationService]]:  # type: ignore[no-untyped-def]
     """A real server on a loopback socket (in this process, sharing the test Spark session), and its servicer."""
     from destination.rpc.server import build_server
-    from tests.s3server import free_port
+    from testbed.s3server import free_port
 
     root = tmp_path_factory.mktemp("server-root")
     port = free_port()
@@ -199,7 +199,7 @@ def glue_endpoint() -> Iterator[str]:
     """AWS Glue's API as moto's server mode serves it on 127.0.0.1: the only Glue that runs here."""
     from moto.server import ThreadedMotoServer
 
-    from tests.s3server import free_port
+    from testbed.s3server import free_port
 
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)

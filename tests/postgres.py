@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.s3server import free_port
+from testbed.s3server import free_port
 
 USER = "catalog_tests"
 PASSWORD = "tests-password-not-a-real-credential"

@@ -15,7 +15,8 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from destination.protocol import sdk_grpc
-from tests.s3server import free_port
+from testbed.processes import children, command_line
+from testbed.s3server import free_port
 
 BIN = Path(sys.executable).parent
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -74,28 +75,6 @@ def wait_for(condition: Callable[[], bool], what: str, server: ServerProcess) ->
         assert server.process.poll() is None, f"the server exited while waiting for {what}: {server.log.read_text()}"
         assert time.monotonic() < deadline, f"never saw {what}: {server.log.read_text()}"
         time.sleep(0.05)
-
-
-def children(pid: int) -> list[int]:
-    """Direct child processes of `pid` (Linux /proc)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        if int(stat[stat.rindex(")") + 2:].split()[1]) == pid:
-            found.append(int(entry.name))
-    return found
-
-
-def command_line(pid: int) -> str:
-    try:
-        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
 
 
 def spark_jvm(server_pid: int) -> int | None:

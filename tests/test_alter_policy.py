@@ -1,4 +1,4 @@
-"""AlterTable refuses type and key changes that would lose stored values (destination/type_changes.py):
+"""AlterTable refuses type and key changes that would lose stored values (destination/shared/type_changes.py):
 through the gRPC server on both backends, plus the policy table itself."""
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import decimal
 import pytest
 
 from destination.protocol import sdk
-from destination.storage.base import open_storage
-from destination.table_model import ColumnDef
-from destination.table_store.store import TableStore
-from destination.type_changes import is_widening
+from destination.shared.storage.base import open_storage
+from destination.shared.table_model import ColumnDef
+from destination.shared.type_changes import is_widening
+from destination.store.table_store import TableStore
 from tests.conftest import spec_of
 from tests.rpc_helpers import describe, rows_of, table
 from tests.test_table_rpcs import _write_rows, create

@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from destination.batch.reader import FileFormat
-from destination.changes.settings import ChangeSettings
 from destination.cli import main
 from destination.protocol import common, sdk
-from destination.storage.base import Storage, open_storage
-from destination.table_model import ColumnDef, TableDef
-from destination.table_store import layout
-from destination.table_store.store import Retention, TableStore
+from destination.shared.batch.reader import FileFormat
+from destination.shared.changes.change_settings import ChangeSettings
+from destination.shared.on_disk import layout
+from destination.shared.storage.base import Storage, open_storage
+from destination.shared.table_model import ColumnDef, TableDef
+from destination.store.table_store import Retention, TableStore
 from destination.write.batches import plan_batch
 from destination.write.write_path import WritePath
 from tests.batchfiles import FMT, write_csv

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from destination.commands.validator import validate_directory
-from destination.storage.base import open_storage
-from destination.table_model import DESTINATION_META, SYNCED
-from destination.table_store import layout
-from destination.table_store.store import TableStore
+from destination.shared.on_disk import layout
+from destination.shared.storage.base import open_storage
+from destination.shared.table_model import DESTINATION_META, SYNCED
+from destination.store.table_store import TableStore
 from tests.change_consumer import replay
 from tests.conftest import s3_configuration, spec_of
 from tests.reference_model import Model

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from destination.commands.validator import validate_version
-from destination.storage.base import Storage, open_storage
-from destination.table_store import layout
-from destination.table_store.locations import file_dir
-from destination.table_store.store import IncompleteVersion, Repair, TableStore
+from destination.shared.on_disk import layout
+from destination.shared.on_disk.locations import file_dir
+from destination.shared.storage.base import Storage, open_storage
+from destination.store.table_store import IncompleteVersion, Repair, TableStore
 from tests.conftest import spec_of
 from tests.test_table_store import SCHEMA, appender, ids
 

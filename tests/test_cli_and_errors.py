@@ -13,9 +13,9 @@ import pytest
 
 from destination.protocol import sdk
 from destination.rpc.service import DestinationService
-from destination.settings import ServerOptions
-from destination.storage.base import open_storage
-from destination.table_store.store import TableStore
+from destination.shared.settings import ServerOptions
+from destination.shared.storage.base import open_storage
+from destination.store.table_store import TableStore
 from destination.tester.harness import Harness
 from tests.batchfiles import write_csv
 from tests.conftest import spec_of

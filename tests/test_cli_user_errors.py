@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from destination.cli import build_parser, main
+from testbed.s3server import free_port
 from tests.rpc_helpers import table
-from tests.s3server import free_port
 from tests.test_write_path import create, write
 
 BIN = Path(sys.executable).parent / "records-destination"

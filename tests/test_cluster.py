@@ -17,14 +17,15 @@ import grpc
 import pytest
 
 from destination.protocol import sdk
-from destination.storage.base import open_storage
-from destination.table_store.store import TableStore
+from destination.shared.storage.base import open_storage
+from destination.store.table_store import TableStore
 from destination.write.staging import STAGING_DIR
+from testbed.processes import children, command_line
+from testbed.sparkcluster import EXECUTOR, SparkCluster, start_cluster
 from tests.batchfiles import write_csv
 from tests.conftest import spec_of
 from tests.rpc_helpers import rows_of, table
-from tests.serverproc import SERVING, ServerProcess, children, command_line, spark_jvm, start_server, wait_for
-from tests.sparkcluster import EXECUTOR, SparkCluster, start_cluster
+from tests.serverproc import SERVING, ServerProcess, spark_jvm, start_server, wait_for
 from tests.test_write_path import KEY, SYS, U, create, params
 
 pytestmark = pytest.mark.serve  # every test here starts a `serve` process

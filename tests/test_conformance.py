@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from destination.commands.validator import validate_table
-from destination.storage.base import open_storage
-from destination.table_model import SYNCED
-from destination.table_store.store import TableStore
+from destination.shared.storage.base import open_storage
+from destination.shared.table_model import SYNCED
+from destination.store.table_store import TableStore
 from destination.tester.harness import Harness
 from tests.conftest import spec_of
 from tests.reference_model import (

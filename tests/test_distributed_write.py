@@ -12,10 +12,10 @@ import pyarrow as pa
 import pytest
 
 from destination.protocol import sdk
-from destination.storage.base import open_storage
-from destination.table_store.datafiles import read_data_file
-from destination.table_store.locations import file_dir
-from destination.table_store.store import TableStore
+from destination.shared.on_disk.datafiles import read_data_file
+from destination.shared.on_disk.locations import file_dir
+from destination.shared.storage.base import open_storage
+from destination.store.table_store import TableStore
 from tests.batchfiles import write_csv
 from tests.conftest import spec_of
 from tests.rpc_helpers import rows_of, table

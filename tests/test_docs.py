@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent / "records-destination"
 DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
-CODE_FOLDERS = ("destination", "spark_jobs", "tests", "bench", "scripts")
+CODE_FOLDERS = ("destination", "spark_jobs", "tests", "bench", "scripts", "testbed")
 
 
 def _text(path: Path) -> str:

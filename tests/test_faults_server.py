@@ -12,9 +12,9 @@ import grpc
 import pytest
 
 from destination.protocol import sdk
-from destination.storage.base import StorageSpec, open_storage
-from destination.table_store import layout
-from destination.table_store.store import TableStore
+from destination.shared.on_disk import layout
+from destination.shared.storage.base import StorageSpec, open_storage
+from destination.store.table_store import TableStore
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING
 from tests.batchfiles import write_csv
 from tests.rpc_helpers import rows_of, table

@@ -11,13 +11,13 @@ import boto3
 import pytest
 
 from destination.catalogs.base import catalog_name
+from destination.catalogs.catalog_settings import CatalogSettings
 from destination.catalogs.glue import glue_keeps
 from destination.catalogs.kinds import follow_hook
-from destination.catalogs.settings import CatalogSettings
-from destination.storage.base import Storage
+from destination.shared.on_disk.options import TABLE_FORMATS
+from destination.shared.storage.base import Storage
+from destination.store.table_store import TableStore
 from destination.table_formats.iceberg import file_io_properties
-from destination.table_store.options import TABLE_FORMATS
-from destination.table_store.store import TableStore
 from tests.lake_readers import rows
 from tests.rpc_helpers import run_tester_input
 from tests.test_catalogs import metadata_of, named_appender

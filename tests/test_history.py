@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from destination.protocol import common, sdk
-from destination.storage.base import open_storage
-from destination.table_store.store import TableStore
+from destination.shared.storage.base import open_storage
+from destination.store.table_store import TableStore
 from tests.conftest import spec_of
 from tests.reference_model import TMAX, Model, history_violations
 from tests.rpc_helpers import rows_of

@@ -18,13 +18,13 @@ import pytest
 from pyiceberg.io.pyarrow import UnsupportedPyArrowTypeException
 from pyiceberg.table import StaticTable
 
-from destination.field_ids import assign
-from destination.storage.base import Storage
+from destination.shared.field_ids import assign
+from destination.shared.on_disk.datafiles import write_data_file
+from destination.shared.storage.base import Storage
+from destination.shared.table_model import DESTINATION_META, ColumnDef, TableDef
+from destination.shared.type_mapping import arrow_schema
 from destination.table_formats.iceberg import LEFT_OUT, PRIMARY_KEY, IcebergFormat
 from destination.table_formats.version import LakeFile, LakeVersion
-from destination.table_model import DESTINATION_META, ColumnDef, TableDef
-from destination.table_store.datafiles import write_data_file
-from destination.type_mapping import arrow_schema
 from tests import lake_readers
 from tests.lake_readers import iceberg_table, polars_options
 
@@ -221,7 +221,7 @@ def test_every_fivetran_type_reads_back(storage: Storage) -> None:
 
 
 def test_commit_is_idempotent_and_a_losing_writer_leaves_nothing(tmp_path: Path) -> None:
-    from destination.storage.base import StorageSpec, open_storage
+    from destination.shared.storage.base import StorageSpec, open_storage
 
     storage = open_storage(StorageSpec(root=str(tmp_path / "root")))
     lake = Lake(storage)
@@ -298,7 +298,7 @@ def test_cost_stays_bounded_over_many_versions(storage: Storage) -> None:
 def test_registers_in_a_sql_catalog(tmp_path: Path) -> None:
     from pyiceberg.catalog.sql import SqlCatalog
 
-    from destination.storage.base import StorageSpec, open_storage
+    from destination.shared.storage.base import StorageSpec, open_storage
 
     lake = Lake(open_storage(StorageSpec(root=str(tmp_path / "root"))))
     lake.commit(1, BASE, [lake.write(1, BASE, _rows(range(0, 4)))])
@@ -313,7 +313,7 @@ def test_registers_in_a_sql_catalog(tmp_path: Path) -> None:
 def test_a_zero_row_file_is_committed_without_warnings(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """An empty table is one zero-row data file, whose footer holds no statistics: no warning per column (pyiceberg
     logs one for every column whose statistics are missing), and the snapshot reads back empty."""
-    from destination.storage.base import StorageSpec, open_storage
+    from destination.shared.storage.base import StorageSpec, open_storage
 
     lake = Lake(open_storage(StorageSpec(root=str(tmp_path))))
     empty = lake.write(1, BASE, _rows(range(0)))

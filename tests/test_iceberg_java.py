@@ -14,9 +14,9 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from destination.storage.base import Storage, StorageSpec, open_storage
-from destination.table_model import DESTINATION_META, ColumnDef
-from destination.table_store.store import TableStore, TableVersion
+from destination.shared.storage.base import Storage, StorageSpec, open_storage
+from destination.shared.table_model import DESTINATION_META, ColumnDef
+from destination.store.table_store import TableStore, TableVersion
 from destination.tester.harness import Harness
 from tests.conftest import spec_of
 from tests.iceberg_spark import jdbc_catalog

@@ -1,6 +1,9 @@
-"""The import direction of docs/ARCHITECTURE.md "Where code runs": task code imports only shared modules, shared
-modules import neither task code nor driver code, and the driver's layers point one way (cli → rpc → write →
-spark_jobs → shared; commands and the tester beside them). Every import counts, a function's own included."""
+"""The import direction of docs/ARCHITECTURE.md "Where code runs", read from the folders: `destination/shared/` runs on
+the driver and inside Spark tasks and imports no other layer; `spark_jobs/` runs inside tasks and imports only shared
+code; every other folder of `destination/` is driver code, whose layers point one way (cli → rpc → write/store →
+spark_jobs → shared; table formats and catalogs follow the store's commits; commands and the tester beside them).
+`bench/` drives a real server like a user and may start the services of `testbed/`, never import `tests/`. Every
+import counts, relative ones and a function's own included."""
 from __future__ import annotations
 
 import ast
@@ -9,32 +12,40 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("destination", "spark_jobs")
+PACKAGES = ("destination", "spark_jobs", "bench", "testbed")
+PROJECT = PACKAGES + ("tests",)
 
-# driver-only code by prefix; every other module of `destination` is shared (runs on the driver and in tasks)
+SHARED = ("destination.shared",)
+TASKS = ("spark_jobs",)
 ENTRY = ("destination.cli",)
 RPC = ("destination.rpc",)
 PROTOCOL = ("destination.protocol",)  # generated gRPC stubs
-WRITE = ("destination.write", "destination.table_store.store")
+WRITE = ("destination.write", "destination.store")
 # Delta Lake and Iceberg metadata following the store's commits, and the catalog entries following them
 FORMATS = ("destination.table_formats", "destination.catalogs")
 COMMANDS = ("destination.commands",)
 TESTER = ("destination.tester",)  # a gRPC client
 DRIVER = ENTRY + RPC + PROTOCOL + WRITE + FORMATS + COMMANDS + TESTER
-TASKS = ("spark_jobs",)
+BENCH = ("bench",)
+TESTBED = ("testbed",)
+TESTS = ("tests",)
 
-# (importer, imported modules it must not import, why)
+# (importer, what it must not import, why)
 RULES = [
-    (TASKS, DRIVER, "spark_jobs runs inside Spark tasks: it imports only shared modules"),
-    (WRITE, ENTRY + RPC + PROTOCOL + COMMANDS + TESTER + FORMATS,
-     "destination.write is driver orchestration below the RPC layer; the store is given the formats, not importing them"),
-    (FORMATS, ENTRY + RPC + PROTOCOL + COMMANDS + TESTER + TASKS + ("destination.write",),
-     "the table formats follow the store's commits on the driver"),
-    (COMMANDS, ENTRY + RPC + PROTOCOL + TESTER, "commands read a root without the server"),
-    (TESTER, ENTRY + RPC + WRITE + FORMATS + COMMANDS + TASKS, "the tester is a client: it speaks to a server over gRPC"),
-    (RPC, ENTRY + COMMANDS + TESTER, "the RPC layer calls destination.write, not the commands"),
+    (SHARED, DRIVER + TASKS + BENCH + TESTBED + TESTS, "destination.shared runs in tasks too: it imports no task or driver code"),
+    (TASKS, DRIVER + BENCH + TESTBED + TESTS, "spark_jobs runs inside Spark tasks: it imports only destination.shared"),
+    (WRITE, ENTRY + RPC + PROTOCOL + COMMANDS + TESTER + FORMATS + BENCH + TESTBED + TESTS,
+     "write and store are driver orchestration below the RPC layer; the store is given the formats, not importing them"),
+    (FORMATS, ENTRY + RPC + PROTOCOL + COMMANDS + TESTER + TASKS + ("destination.write",) + BENCH + TESTBED + TESTS,
+     "the table formats and catalogs follow the store's commits on the driver (they read the store, never the write)"),
+    (COMMANDS, ENTRY + RPC + PROTOCOL + TESTER + BENCH + TESTBED + TESTS, "commands read a root without the server"),
+    (TESTER, ENTRY + RPC + WRITE + FORMATS + COMMANDS + TASKS + BENCH + TESTBED + TESTS,
+     "the tester is a client: it speaks to a server over gRPC"),
+    (RPC, ENTRY + COMMANDS + TESTER + BENCH + TESTBED + TESTS, "the RPC layer calls destination.write, not the commands"),
+    (ENTRY, BENCH + TESTBED + TESTS, "the command line is the product: no benchmark or test code"),
+    (BENCH, TESTS, "bench drives the real server; the services it starts are in testbed, not in the tests"),
+    (TESTBED, ("destination", "spark_jobs") + BENCH + TESTS, "testbed starts services; it knows nothing of the project"),
 ]
-SHARED_RULE = (DRIVER + TASKS, "shared modules run in tasks too: they import no task or driver code")
 
 
 def _module_name(path: Path) -> str:
@@ -42,16 +53,22 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports(path: Path) -> set[str]:
-    """The project modules `path` imports (absolute imports, anywhere in the file)."""
+def imports_of(name: str, source: str, is_package: bool = False) -> set[str]:
+    """The project modules module `name` imports in `source`: absolute and relative imports, anywhere in the file."""
+    package = name.split(".") if is_package else name.split(".")[:-1]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-            found.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return {name for name in found if name.split(".")[0] in PACKAGES}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[:len(package) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names)
+    return {n for n in found if n.split(".")[0] in PROJECT}
 
 
 def _under(name: str, prefixes: tuple[str, ...]) -> bool:
@@ -60,24 +77,46 @@ def _under(name: str, prefixes: tuple[str, ...]) -> bool:
 
 def _modules() -> list[tuple[str, Path]]:
     return sorted((_module_name(p), p) for package in PACKAGES for p in (ROOT / package).rglob("*.py")
-                  if not _under(_module_name(p), ("destination.protocol",)))
+                  if not _under(_module_name(p), PROTOCOL))
 
 
-@pytest.mark.parametrize("name,path", _modules(), ids=lambda v: v if isinstance(v, str) else "")
-def test_imports_point_one_way(name: str, path: Path) -> None:
+def wrong_imports(name: str, source: str, is_package: bool = False) -> list[tuple[str, str]]:
     rules = [(forbidden, why) for importer, forbidden, why in RULES if _under(name, importer)]
-    if not _under(name, DRIVER + TASKS):
-        rules.append(SHARED_RULE)
-    wrong = sorted((imported, why) for imported in _imports(path) for forbidden, why in rules
-                   if _under(imported, forbidden) and not _under(imported, (name,)))
+    return sorted((imported, why) for imported in imports_of(name, source, is_package) for forbidden, why in rules
+                  if _under(imported, forbidden) and not _under(imported, (name,)))
+
+
+MODULES = _modules()
+
+
+@pytest.mark.parametrize("name,path", MODULES, ids=lambda v: v if isinstance(v, str) else "")
+def test_imports_point_one_way(name: str, path: Path) -> None:
+    wrong = wrong_imports(name, path.read_text(encoding="utf-8"), path.name == "__init__.py")
     assert not wrong, f"{name} imports {', '.join(i for i, _ in wrong)}: {wrong[0][1]}"
 
 
+def test_the_check_reads_the_tree() -> None:
+    """A layout test that finds no modules or no imports passes vacuously: it must see every layer and its imports."""
+    names = [name for name, _ in MODULES]
+    for layer in (SHARED, TASKS, ENTRY, RPC, WRITE, FORMATS, COMMANDS, TESTER, BENCH, TESTBED):
+        assert any(_under(n, layer) for n in names), f"no module found for {layer}"
+    imported = sum(len(imports_of(n, p.read_text(encoding="utf-8"), p.name == "__init__.py")) for n, p in MODULES)
+    assert imported > 300, f"only {imported} project imports read: the check is not reading the tree"
+
+
+def test_a_relative_import_across_layers_is_caught() -> None:
+    """A relative import counts like an absolute one (`from ...write import runner` inside destination.shared)."""
+    assert imports_of("destination.shared.changes.files", "from ...write import runner\n") >= {"destination.write.runner"}
+    wrong = wrong_imports("destination.shared.changes.files", "from ...write import runner\n")
+    assert [i for i, _ in wrong] == ["destination.write", "destination.write.runner"]
+    assert wrong_imports("spark_jobs.tasks", "from .. import merge\nfrom ..contracts import JobContext\n",
+                         is_package=True) == []
+    assert next(i for i, _ in wrong_imports("bench.fleet", "from tests.serverproc import start_server\n")) == "tests.serverproc"
+
+
 def test_every_module_has_a_place() -> None:
-    """A new top-level module of `destination` is shared by default: it must not need driver code (checked above);
-    a new package must be added to this map and to docs/ARCHITECTURE.md."""
-    known = {"batch", "catalogs", "changes", "commands", "protocol", "records_formats", "rpc", "storage", "table_formats",
-             "table_store", "tester",
-             "write"}
-    packages = {p.parent.name for p in (ROOT / "destination").glob("*/__init__.py")}
-    assert packages == known, f"packages not in the layout: {sorted(packages ^ known)}"
+    """Every module of `destination` is in a known layer's folder: the shared folder, or a driver package or module.
+    A new package must be added to a layer here and to docs/ARCHITECTURE.md."""
+    placed = SHARED + DRIVER
+    unplaced = [name for name, _ in MODULES if name.startswith("destination.") and not _under(name, placed)]
+    assert not unplaced, f"modules outside every layer's folder: {unplaced}"

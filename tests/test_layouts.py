@@ -11,16 +11,16 @@ import pyarrow as pa
 import pytest
 
 from destination.commands.validator import validate_table, validate_version
-from destination.errors import UserActionRequired
 from destination.rpc.configuration import known_fields, unknown_fields_message
-from destination.storage.base import Storage, StorageSpec, open_storage
-from destination.table_store import layout, records
-from destination.table_store import store as store_module
-from destination.table_store.datafiles import align, read_data_file, write_data_file
-from destination.table_store.locations import file_dir
-from destination.table_store.options import COMPLETE, REFERENCING, Retention, StoreOptions, store_options
-from destination.table_store.store import PendingVersion, TableStore, TableVersion, VersionTarget
-from destination.write.copies import SparkCopies
+from destination.shared.errors import UserActionRequired
+from destination.shared.on_disk import layout, records
+from destination.shared.on_disk.datafiles import align, read_data_file, write_data_file
+from destination.shared.on_disk.locations import file_dir
+from destination.shared.on_disk.options import COMPLETE, REFERENCING, Retention, StoreOptions, store_options
+from destination.shared.storage.base import Storage, StorageSpec, open_storage
+from destination.store import table_store as store_module
+from destination.store.table_store import PendingVersion, TableStore, TableVersion, VersionTarget
+from destination.write.copy_job import SparkCopies
 from tests.conftest import s3_configuration, spec_of
 from tests.rpc_helpers import rows_of, table
 from tests.test_table_store import SCHEMA, TABLE

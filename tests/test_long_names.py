@@ -6,9 +6,9 @@ import uuid
 import pytest
 
 from destination.protocol import sdk
-from destination.storage.base import open_storage
-from destination.table_store import layout
-from destination.table_store.store import TableStore
+from destination.shared.on_disk import layout
+from destination.shared.storage.base import open_storage
+from destination.store.table_store import TableStore
 from tests.conftest import s3_configuration, spec_of
 from tests.rpc_helpers import describe, rows_of, table
 from tests.test_table_rpcs import _write_rows, create

@@ -8,10 +8,10 @@ import json
 import pytest
 
 from destination.protocol import common, sdk
-from destination.storage.base import open_storage
-from destination.table_store.datafiles import read_data_file
-from destination.table_store.locations import file_dir
-from destination.table_store.store import TableStore
+from destination.shared.on_disk.datafiles import read_data_file
+from destination.shared.on_disk.locations import file_dir
+from destination.shared.storage.base import open_storage
+from destination.store.table_store import TableStore
 from tests.conftest import spec_of
 from tests.rpc_helpers import describe, rows_of, table
 from tests.test_write_path import SYS, create, write

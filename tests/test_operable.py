@@ -23,14 +23,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from destination.protocol import common, sdk, sdk_grpc
 from destination.rpc.server import start_status
 from destination.rpc.service import DestinationService
-from destination.storage.base import open_storage
-from destination.table_store.store import TableStore
+from destination.shared.storage.base import open_storage
+from destination.store.table_store import TableStore
+from destination.tester.display import CallProgress, render
 from destination.tester.harness import Harness
-from destination.tester.progress import CallProgress, render
+from testbed.s3server import free_port
 from tests.browser import chromium
 from tests.conftest import spec_of
 from tests.rpc_helpers import table
-from tests.s3server import free_port
 from tests.serverproc import SERVING, start_server, wait_for
 from tests.test_write_path import SYS, create, r, write
 
@@ -340,7 +340,7 @@ def test_dockerfile_healthcheck_has_no_fixed_port() -> None:
 
 
 def test_log_lines_carry_account_group_and_request(capsys: pytest.CaptureFixture[str]) -> None:
-    from destination import logs
+    from destination.shared import logs
 
     try:
         logs.set_process_context(account_name="acme", group_name="")
@@ -356,7 +356,7 @@ def test_log_lines_carry_account_group_and_request(capsys: pytest.CaptureFixture
 
 
 def test_settings_read_the_operability_options() -> None:
-    from destination.settings import server_options
+    from destination.shared.settings import server_options
 
     options = server_options(root="r", batch_file_format="csv", spark_master="local[1]", metrics_port=9464,
                              spark_ui_port=4040, environ={"RECORDS_DESTINATION_PROGRESS_INTERVAL": "0.5",
@@ -383,7 +383,7 @@ def test_tester_progress_line() -> None:
 
 
 def test_tester_prints_plain_lines_when_not_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
-    import destination.tester.progress as tester_progress
+    import destination.tester.display as tester_progress
 
     monkeypatch.setattr(tester_progress, "PLAIN_EVERY", 0.05)
     out = io.StringIO()

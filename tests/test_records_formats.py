@@ -1,4 +1,4 @@
-"""The records formats' codecs (destination/records_formats/): Avro and every delimited variant, each checked against
+"""The records formats' codecs (destination/shared/records_formats/): Avro and every delimited variant, each checked against
 an oracle that is not the codec: fastavro's own reading with logical types, Python's `csv` module configured only
 from the written hints, records-mover loading the `_format_*` strictly and reading the directory into pandas."""
 from __future__ import annotations
@@ -22,12 +22,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from destination.errors import BadRequest
-from destination.records_formats import hints as hints_mod
-from destination.records_formats.codec import Codec, codec
-from destination.records_formats.directory import write_directory
-from destination.table_model import ColumnDef, TableDef
-from destination.type_mapping import arrow_schema
+from destination.shared.errors import BadRequest
+from destination.shared.records_formats import hints as hints_mod
+from destination.shared.records_formats.codec import Codec, codec
+from destination.shared.records_formats.directory import write_directory
+from destination.shared.table_model import ColumnDef, TableDef
+from destination.shared.type_mapping import arrow_schema
 
 UTC = dt.UTC
 META = "_destination_meta"
@@ -206,7 +206,7 @@ def test_avro_round_trips_every_value_and_fastavro_reads_them_exactly() -> None:
 
 @pytest.mark.parametrize("rows", [0, 1, 3000])
 def test_avro_files_of_no_row_one_row_and_many_blocks(monkeypatch: pytest.MonkeyPatch, rows: int) -> None:
-    from destination.records_formats import avro_encode
+    from destination.shared.records_formats import avro_encode
 
     monkeypatch.setattr(avro_encode, "_BLOCK_BYTES", 5000)  # blocks of a few rows
     every = edge_table()

@@ -1,4 +1,4 @@
-"""The per-request phase times (destination/phases.py): the recorder's arithmetic against a clock the test drives,
+"""The per-request phase times (destination/shared/phases.py): the recorder's arithmetic against a clock the test drives,
 and the `phases` field of a real WriteBatch's log line through the gRPC server."""
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from prometheus_client import REGISTRY
 
 from bench.batches import write_batch_file
 from bench.data import COLUMNS, KEY, Pools, column_names, plain_rows, system_columns, text_table
-from destination import phases
 from destination.protocol import sdk
+from destination.shared import phases
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING
 from tests.rpc_helpers import table
 

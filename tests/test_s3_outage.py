@@ -12,8 +12,8 @@ import grpc
 import pytest
 
 from destination.protocol import sdk
-from destination.storage.base import open_storage
-from destination.table_store.store import TableStore
+from destination.shared.storage.base import open_storage
+from destination.store.table_store import TableStore
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING
 from tests.batchfiles import write_csv
 from tests.conftest import s3_configuration, spec_of

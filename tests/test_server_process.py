@@ -17,9 +17,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from destination.protocol import sdk, sdk_grpc
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING
+from testbed.s3server import free_port
 from tests.batchfiles import write_csv
 from tests.rpc_helpers import table
-from tests.s3server import free_port
 
 pytestmark = pytest.mark.serve  # every test here starts a `serve` process
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from destination.storage.base import Storage
-from destination.table_model import ColumnDef, TableDef
+from destination.shared.storage.base import Storage
+from destination.shared.table_model import ColumnDef, TableDef
 from destination.write.batches import plan_batch
 from destination.write.staging import STAGING_DIR, STALE_SECONDS, request_directory, staged, staged_for_executors
 from spark_jobs.operations import file_operations

@@ -14,18 +14,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from destination.changes import cdf
-from destination.changes.reader import read_version
 from destination.cli import main as cli_main
-from destination.storage.base import Storage, StorageSpec, open_storage
+from destination.shared.changes import cdf
+from destination.shared.changes.replay import read_version
+from destination.shared.on_disk import layout, records
+from destination.shared.on_disk.datafiles import align, read_data_file, write_data_file
+from destination.shared.on_disk.locations import file_dir
+from destination.shared.on_disk.options import COMPLETE, TABLE_FORMATS
+from destination.shared.storage.base import Storage, StorageSpec, open_storage
+from destination.shared.table_model import DESTINATION_META, ColumnDef, TableDef
+from destination.store.table_store import PendingVersion, Retention, TableStore, TableVersion, VersionTarget
 from destination.table_formats.iceberg import NAME_MAPPING
 from destination.table_formats.sync import FollowFormats, formats_named
-from destination.table_model import DESTINATION_META, ColumnDef, TableDef
-from destination.table_store import layout, records
-from destination.table_store.datafiles import align, read_data_file, write_data_file
-from destination.table_store.locations import file_dir
-from destination.table_store.options import COMPLETE, TABLE_FORMATS
-from destination.table_store.store import PendingVersion, Retention, TableStore, TableVersion, VersionTarget
 from tests.conftest import spec_of
 from tests.lake_readers import (
     DELTA_READERS,

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from destination.errors import BadBatchFile, DestinationError, RefusedChange, StorageError, UserActionRequired
 from destination.protocol import sdk
-from destination.storage.base import StorageSpec, open_storage
-from destination.table_model import ColumnDef, TableDef
-from destination.table_store import layout
+from destination.shared.errors import BadBatchFile, DestinationError, RefusedChange, StorageError, UserActionRequired
+from destination.shared.on_disk import layout
+from destination.shared.storage.base import StorageSpec, open_storage
+from destination.shared.table_model import ColumnDef, TableDef
 from destination.write.runner import TaskFailed, TaskTrace, run_shuffled, run_units
 from spark_jobs.contracts import JobContext
 from tests.batchfiles import write_csv

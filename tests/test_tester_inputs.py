@@ -10,7 +10,7 @@ from typing import Any
 
 from destination.tester.inputs import configuration_warnings, plan_inputs
 from destination.tester.run import new_run_id
-from tests.s3server import free_port
+from testbed.s3server import free_port
 
 BIN = Path(sys.executable).parent / "records-destination"
 TABLE = {"columns": {"id": "INT", "v": "STRING"}, "primary_key": ["id"]}

@@ -16,9 +16,9 @@ import pyarrow.csv as pacsv
 import pytest
 
 from destination.protocol import sdk
-from destination.storage.base import open_storage
-from destination.table_model import TableDef
-from destination.table_store.store import TableStore
+from destination.shared.storage.base import open_storage
+from destination.shared.table_model import TableDef
+from destination.store.table_store import TableStore
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING, csv_bytes, seal
 from destination.write import write_path
 from tests.batchfiles import seal_raw, write_csv
@@ -308,10 +308,10 @@ def _legacy_table(configuration, t, rows_per_bucket):  # type: ignore[no-untyped
     import json
 
     from destination.rpc.proto_convert import table_from_proto
-    from destination.table_model import HASH_BUCKETS
-    from destination.table_store import records
-    from destination.table_store.datafiles import align, write_data_file
-    from destination.table_store.store import PendingVersion
+    from destination.shared.on_disk import records
+    from destination.shared.on_disk.datafiles import align, write_data_file
+    from destination.shared.table_model import HASH_BUCKETS
+    from destination.store.table_store import PendingVersion
 
     store = TableStore(open_storage(spec_of(configuration)))
     table_def = table_from_proto(t)

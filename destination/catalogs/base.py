@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
-from destination.errors import Unavailable, UserActionRequired, scrub
-from destination.table_model import TableDef
+from destination.shared.errors import Unavailable, UserActionRequired, scrub
+from destination.shared.table_model import TableDef
 
 T = TypeVar("T")
 ATTEMPTS = 4
@@ -73,7 +73,7 @@ def with_retries(described: str, classify: Callable[[Exception], str | None], ac
 def catalog_name(name: str, keeps: Callable[[str], bool], what: str) -> str:
     """A Fivetran schema or table name as the catalog holds it: a character the catalog can hold as it is
     (`keeps`) stays, any other character, and `~` itself, becomes `~XX` per UTF-8 byte (upper-case hex), the
-    escape of destination/table_store/naming.py, so `decode_name` gives the Fivetran name back. A name of more
+    escape of destination/shared/on_disk/naming.py, so `decode_name` gives the Fivetran name back. A name of more
     than 255 characters after the mapping is refused (a Task)."""
     out: list[str] = []
     for ch in name:

@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from destination import logs, phases
 from destination.catalogs.base import Catalog, catalog_name
-from destination.storage.base import Storage
+from destination.shared import logs, phases
+from destination.shared.storage.base import Storage
+from destination.shared.table_model import TableDef
+from destination.store.table_store import FollowCommit, TableStore, TableVersion
 from destination.table_formats.iceberg import METADATA, IcebergFormat
-from destination.table_model import TableDef
-from destination.table_store.store import FollowCommit, TableStore, TableVersion
 
 KEEP_ALL = 1  # the oldest version the formats are told to keep while the entry's version is unknown: every one
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from destination.catalogs.base import with_retries
-from destination.catalogs.settings import CatalogSettings
-from destination.table_model import TableDef
+from destination.catalogs.catalog_settings import CatalogSettings
+from destination.shared.table_model import TableDef
 
 TRANSIENT_CODES = {"ThrottlingException", "InternalServiceException", "OperationTimeoutException",
                    "ServiceUnavailableException", "ResourceNumberLimitExceededException"}

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from destination.catalogs.catalog_settings import GLUE, SQL, CatalogSettings
 from destination.catalogs.follow import Registry
-from destination.catalogs.settings import GLUE, SQL, CatalogSettings
-from destination.errors import UserActionRequired
-from destination.table_store.options import FORMATS_FIELD, ICEBERG, StoreOptions
-from destination.table_store.store import FollowCommit
+from destination.shared.errors import UserActionRequired
+from destination.shared.on_disk.options import FORMATS_FIELD, ICEBERG, StoreOptions
+from destination.store.table_store import FollowCommit
 
 
 def open_registry(settings: CatalogSettings) -> Registry:

@@ -13,14 +13,14 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 
-from destination import logs
+from destination.catalogs.catalog_settings import CatalogSettings
 from destination.catalogs.kinds import follow_hook
-from destination.catalogs.settings import CatalogSettings
-from destination.errors import StorageError
-from destination.storage.base import Storage, StorageSpec, open_storage
+from destination.shared import logs
+from destination.shared.errors import StorageError
+from destination.shared.on_disk.options import TABLE_FORMATS
+from destination.shared.storage.base import Storage, StorageSpec, open_storage
+from destination.store.table_store import TableStore
 from destination.table_formats.sync import formats_named, oldest_retained
-from destination.table_store.options import TABLE_FORMATS
-from destination.table_store.store import TableStore
 
 MAX_SECONDS = 600.0
 

@@ -4,14 +4,14 @@ writing the tables: a write in between would be caught up by the next write anyw
 every table in the catalog of a configuration file, or moves its entry to the latest version."""
 from __future__ import annotations
 
+from destination.catalogs.catalog_settings import CatalogSettings
 from destination.catalogs.follow import point_entry
 from destination.catalogs.kinds import open_registry
-from destination.catalogs.settings import CatalogSettings
-from destination.errors import DestinationError
-from destination.storage.base import Storage
+from destination.shared.errors import DestinationError
+from destination.shared.storage.base import Storage
+from destination.store.table_store import TableStore
 from destination.table_formats.sync import bring_up_to_date, formats_named, oldest_retained
 from destination.table_formats.version import ICEBERG, LakeVersion
-from destination.table_store.store import TableStore
 
 
 def formats_command(storage: Storage, name: str | None, formats: tuple[str, ...], rebuild: bool,

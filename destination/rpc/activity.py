@@ -13,9 +13,9 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from destination import logs
-from destination.errors import scrub
-from destination.table_store.store import CommitEvent, TableStore, TableVersion
+from destination.shared import logs
+from destination.shared.errors import scrub
+from destination.store.table_store import CommitEvent, TableStore, TableVersion
 from destination.write.progress import Progress
 
 RECENT_REQUESTS = 200

@@ -1,10 +1,10 @@
 """The configuration form, its tests, and a request's configuration → the StorageSpec of its root (the change-file
-fields are parsed by destination.changes.settings)."""
+fields are parsed by destination.shared.changes.change_settings)."""
 from __future__ import annotations
 
 import re
 
-from destination.catalogs.settings import (
+from destination.catalogs.catalog_settings import (
     CATALOG_FIELD,
     DEFAULT_CATALOG_NAME,
     GLUE,
@@ -18,13 +18,10 @@ from destination.catalogs.settings import (
     SQL,
     URI_FIELD,
 )
-from destination.changes.settings import FORMATS, FULL, IMAGES, OFF
-from destination.errors import UserActionRequired
-from destination.placement import TARGET_FILE_BYTES
 from destination.protocol import common, form_field_names
-from destination.settings import ServerOptions
-from destination.storage.base import StorageSpec
-from destination.table_store.options import (
+from destination.shared.changes.change_settings import FORMATS, FULL, IMAGES, OFF
+from destination.shared.errors import UserActionRequired
+from destination.shared.on_disk.options import (
     FORMATS_FIELD,
     KEEP_VERSIONS,
     LAYOUT_FIELD,
@@ -33,6 +30,9 @@ from destination.table_store.options import (
     MIN_AGE_SECONDS,
     VERSIONS_FIELD,
 )
+from destination.shared.placement import TARGET_FILE_BYTES
+from destination.shared.settings import ServerOptions
+from destination.shared.storage.base import StorageSpec
 
 TEST_STORAGE = "storage"
 TEST_SPARK = "spark"

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from grpc_health.v1 import health, health_pb2
 
-from destination import logs
-from destination.errors import DestinationError, scrub
-from destination.storage.base import StorageSpec, open_storage
+from destination.shared import logs
+from destination.shared.errors import DestinationError, scrub
+from destination.shared.storage.base import StorageSpec, open_storage
 from destination.write.session import spark_problem
 
 INTERVAL_SECONDS = 5.0

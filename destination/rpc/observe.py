@@ -9,11 +9,11 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
-from destination import logs
 from destination.rpc.activity import Activity, RequestRecord
-from destination.settings import ServerOptions
-from destination.table_model import TableDef
-from destination.table_store.store import CommitEvent
+from destination.shared import logs
+from destination.shared.settings import ServerOptions
+from destination.shared.table_model import TableDef
+from destination.store.table_store import CommitEvent
 from destination.write import metrics
 from destination.write.batches import BatchPlan
 from destination.write.progress import ProgressReporter, RequestWork, tracked

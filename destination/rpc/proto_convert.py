@@ -1,11 +1,11 @@
 """Protobuf ⇄ domain conversions (the only place that reads proto table definitions)."""
 from __future__ import annotations
 
-from destination.batch.reader import FileFormat
-from destination.errors import BadRequest
 from destination.protocol import common, sdk
-from destination.table_model import DESTINATION_META, ColumnDef, TableDef
-from destination.type_mapping import normalize_column
+from destination.shared.batch.reader import FileFormat
+from destination.shared.errors import BadRequest
+from destination.shared.table_model import DESTINATION_META, ColumnDef, TableDef
+from destination.shared.type_mapping import normalize_column
 
 
 def table_from_proto(table: common.Table) -> TableDef:

@@ -10,8 +10,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from destination import logs
-from destination.catalogs.settings import CatalogSettings, catalog_from_file
+from destination.catalogs.catalog_settings import CatalogSettings, catalog_from_file
 from destination.catalogs.startup import start_catch_up
 from destination.protocol import sdk, sdk_grpc
 from destination.rpc.activity import RootLister
@@ -19,9 +18,10 @@ from destination.rpc.configuration import storage_spec
 from destination.rpc.health_monitor import HealthMonitor, check_interval, root_check, spark_check
 from destination.rpc.service import DestinationService
 from destination.rpc.status_http import StatusServer
-from destination.settings import ServerOptions
-from destination.storage.base import open_storage
-from destination.table_store.store import TableStore
+from destination.shared import logs
+from destination.shared.settings import ServerOptions
+from destination.shared.storage.base import open_storage
+from destination.store.table_store import TableStore
 
 MAX_MESSAGE = 128 * 1024 * 1024
 SERVICE_NAME = "fivetran_sdk.v2.DestinationConnector"

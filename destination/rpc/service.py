@@ -19,20 +19,8 @@ from typing import Any
 
 import grpc
 
-from destination import logs, phases
+from destination.catalogs.catalog_settings import CatalogSettings, catalog_settings
 from destination.catalogs.kinds import check_store_options, follow_hook, open_registry
-from destination.catalogs.settings import CatalogSettings, catalog_settings
-from destination.changes.settings import change_settings
-from destination.conversion import failure_summary
-from destination.errors import (
-    BadRequest,
-    CommitConflict,
-    DestinationError,
-    Unavailable,
-    UserActionRequired,
-    cause_text,
-    scrub,
-)
 from destination.protocol import common, sdk, sdk_grpc
 from destination.rpc.configuration import (
     TEST_CATALOG,
@@ -45,15 +33,27 @@ from destination.rpc.configuration import (
 )
 from destination.rpc.observe import Observer, result_of
 from destination.rpc.proto_convert import file_format, table_from_proto, table_to_proto
-from destination.settings import ServerOptions
-from destination.storage.base import StorageSpec, local_root_problem, open_storage
-from destination.storage.s3 import transient_error
-from destination.table_model import DELETED
-from destination.table_store.options import StoreOptions, store_options
-from destination.table_store.store import AlreadyApplied, TableLocks, TableStore
+from destination.shared import logs, phases
+from destination.shared.changes.change_settings import change_settings
+from destination.shared.conversion import failure_summary
+from destination.shared.errors import (
+    BadRequest,
+    CommitConflict,
+    DestinationError,
+    Unavailable,
+    UserActionRequired,
+    cause_text,
+    scrub,
+)
+from destination.shared.on_disk.options import StoreOptions, store_options
+from destination.shared.settings import ServerOptions
+from destination.shared.storage.base import StorageSpec, local_root_problem, open_storage
+from destination.shared.storage.s3 import transient_error
+from destination.shared.table_model import DELETED
+from destination.store.table_store import AlreadyApplied, TableLocks, TableStore
 from destination.write import metrics
 from destination.write.batches import WRITE_BATCH, WRITE_HISTORY_BATCH, check_mode, files_format, plan_batch
-from destination.write.copies import SparkCopies
+from destination.write.copy_job import SparkCopies
 from destination.write.migrations import migrate, migration_target
 from destination.write.progress import current as current_work
 from destination.write.session import get_session, trivial_job

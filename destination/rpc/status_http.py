@@ -13,9 +13,9 @@ from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from destination import logs
 from destination.rpc.activity import Activity
 from destination.rpc.status_page import render_index, render_table
+from destination.shared import logs
 from destination.write import metrics
 from destination.write.session import jvm_pid
 

@@ -71,12 +71,12 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote
 
-from destination.errors import StorageError, scrub
-from destination.storage.base import Storage, StorageSpec
+from destination.shared.errors import StorageError, scrub
+from destination.shared.on_disk.layout import parse_version_dir
+from destination.shared.storage.base import Storage, StorageSpec
+from destination.shared.table_model import DESTINATION_META, ColumnDef, TableDef
+from destination.shared.type_mapping import decimal_storage
 from destination.table_formats.version import DELTA, LakeVersion, left_out_text
-from destination.table_model import DESTINATION_META, ColumnDef, TableDef
-from destination.table_store.layout import parse_version_dir
-from destination.type_mapping import decimal_storage
 
 LOG = "_delta_log"
 CHANGE_DATA = "_change_data"  # the change data files the `cdc` actions name: _change_data/v<N>/ per version

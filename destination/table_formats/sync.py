@@ -18,25 +18,25 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from destination import logs, phases
-from destination.changes import cdf
-from destination.changes.metadata import KIND_ROWS
-from destination.changes.reader import version_files
-from destination.errors import cause_text, scrub
-from destination.storage.base import Storage
+from destination.shared import logs, phases
+from destination.shared.changes import cdf
+from destination.shared.changes.metadata import KIND_ROWS
+from destination.shared.changes.replay import version_files
+from destination.shared.errors import cause_text, scrub
+from destination.shared.on_disk import layout
+from destination.shared.on_disk.datafiles import write_options
+from destination.shared.on_disk.locations import first_written
+from destination.shared.on_disk.records import FILES_JSON
+from destination.shared.storage.base import Storage
+from destination.shared.table_model import DESTINATION_META
+from destination.shared.type_mapping import arrow_schema
+from destination.store.table_store import IncompleteVersion, TableStore, TableVersion
 from destination.table_formats.delta import CHANGE_DATA
 from destination.table_formats.version import DELTA, ICEBERG, ChangeDataFile, LakeFile, LakeVersion, TableFormat
-from destination.table_model import DESTINATION_META
-from destination.table_store import layout
-from destination.table_store.datafiles import write_options
-from destination.table_store.locations import first_written
-from destination.table_store.records import FILES_JSON
-from destination.table_store.store import IncompleteVersion, TableStore, TableVersion
-from destination.type_mapping import arrow_schema
 
 
 class FollowFormats:
-    """The store's `follow` hook for the configured formats (destination/table_store/store.py `FollowCommit`)."""
+    """The store's `follow` hook for the configured formats (destination/store/table_store.py `FollowCommit`)."""
 
     def __init__(self, formats: Sequence[TableFormat]) -> None:
         self.formats = tuple(formats)

@@ -6,11 +6,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from destination.storage.base import Storage
-from destination.table_model import ColumnDef, TableDef
-from destination.table_store.options import DELTA as DELTA  # the format names are the configuration's
-from destination.table_store.options import ICEBERG as ICEBERG
-from destination.table_store.options import TABLE_FORMATS as TABLE_FORMATS
+from destination.shared.on_disk.options import DELTA as DELTA  # the format names are the configuration's
+from destination.shared.on_disk.options import ICEBERG as ICEBERG
+from destination.shared.on_disk.options import TABLE_FORMATS as TABLE_FORMATS
+from destination.shared.storage.base import Storage
+from destination.shared.table_model import ColumnDef, TableDef
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -23,10 +23,10 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from destination.protocol import common, form_field_names, sdk, sdk_grpc
-from destination.table_model import ACTIVE, DELETED, END, FIVETRAN_ID, START, SYNCED
+from destination.shared.table_model import ACTIVE, DELETED, END, FIVETRAN_ID, START, SYNCED
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING, csv_bytes, parquet_bytes, seal
+from destination.tester.display import CallProgress
 from destination.tester.inputs import configuration_warnings
-from destination.tester.progress import CallProgress
 from destination.tester.values import TMAX, instant, minus_one_ms, parse_instant, text_of
 
 MAX_MESSAGE = 128 * 1024 * 1024
@@ -366,7 +366,7 @@ class Harness:
     # ---- schema migrations --------------------------------------------------------------------
 
     def migrate(self, op_name: str, spec: dict[str, Any]) -> None:
-        from destination.tester.migrations import migration_request
+        from destination.tester.migration_requests import migration_request
 
         kind, request = migration_request(self, op_name, spec)
         if kind == "alter":

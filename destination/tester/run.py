@@ -9,9 +9,9 @@ from pathlib import Path
 
 import grpc
 
+from destination.tester.display import CallProgress
 from destination.tester.harness import Harness, batch_path_map, batch_workdir
 from destination.tester.inputs import InputFile, InputPlan, TesterInputError, plan_inputs
-from destination.tester.progress import CallProgress
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from destination.protocol import common
-from destination.table_model import FIVETRAN_ID
+from destination.shared.table_model import FIVETRAN_ID
 
 SECTIONS = ("create_table", "alter_table", "ops", "schema_migration", "describe_table")
 ROW_OPS = ("upsert", "update", "delete", "soft_delete")
@@ -15,7 +15,7 @@ TABLE_FIELDS = ("columns", "primary_key", "history_mode")
 COLUMN_FIELDS = ("type", "precision", "scale", "string_byte_length")
 ROW_EXTRAS = (FIVETRAN_ID, "op_time")  # row fields beside the table's columns
 DATA_TYPES = tuple(v.name for v in common.DataType.DESCRIPTOR.values if v.name != "UNSPECIFIED")
-# schema_migration operations: (required fields, optional fields), as destination.tester.migrations reads them
+# schema_migration operations: (required fields, optional fields), as destination.tester.migration_requests reads them
 MIGRATIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "add_column": (("table", "column", "data_type"), ()),
     "change_column_data_type": (("table", "column", "data_type"), ()),

@@ -18,10 +18,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import BinaryIO
 
-from destination.batch.reader import FileFormat
-from destination.errors import BadBatchFile, TableNotFound, UserActionRequired
-from destination.table_model import TableDef
-from destination.table_store.store import TableVersion
+from destination.shared.batch.reader import FileFormat
+from destination.shared.errors import BadBatchFile, TableNotFound, UserActionRequired
+from destination.shared.table_model import TableDef
+from destination.store.table_store import TableVersion
 from spark_jobs.contracts import FILE_KINDS, BatchFileRef
 
 READ_SIZE = 1 << 20

@@ -1,7 +1,7 @@
 """Migrate, history side: columns added or dropped in history mode, and the sync-mode migrations
 (schema-migration-helper-service.md; fivetran-protocol §5 "Migrate", §10.6).
 
-Each commits one new version as one Spark job (row transforms in spark_jobs/history_migrations.py), and
+Each commits one new version as one Spark job (row transforms in spark_jobs/history_transforms.py), and
 each is safe to retry: a mode migration that finds the table already in the target mode is done; a
 column step records history once per operation timestamp; a copy replaces a target left by an earlier try.
 The entity key (the key without `_fivetran_start`) is the same in both modes, so rows keep their places.
@@ -12,15 +12,15 @@ from dataclasses import replace
 
 import pyarrow as pa
 
-from destination.conversion import convert_column
-from destination.errors import BadRequest, TableNotFound, UserActionRequired
-from destination.table_model import ACTIVE, END, START, SYNCED, ColumnDef, TableDef
-from destination.table_store.datafiles import DataFile
-from destination.table_store.store import TableVersion
-from destination.type_mapping import normalize_column
+from destination.shared.conversion import convert_column
+from destination.shared.errors import BadRequest, TableNotFound, UserActionRequired
+from destination.shared.on_disk.datafiles import DataFile
+from destination.shared.table_model import ACTIVE, END, START, SYNCED, ColumnDef, TableDef
+from destination.shared.type_mapping import normalize_column
+from destination.store.table_store import TableVersion
 from destination.write.write_path import WritePath
 from spark_jobs.contracts import HistoryRewriteUnit, LatestVersionsUnit, ToHistoryStep, VersionAtStep
-from spark_jobs.tasks import history_rewrite_task, latest_versions_task
+from spark_jobs.tasks.per_file import history_rewrite_task, latest_versions_task
 
 HISTORY_COLUMNS = (START, END, ACTIVE)
 

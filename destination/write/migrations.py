@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from destination.errors import BadRequest, TableNotFound, UserActionRequired
-from destination.table_model import DELETED, ColumnDef, TableDef
-from destination.table_store.layout import data_file_name
-from destination.table_store.locations import file_path
-from destination.table_store.store import PendingVersion, TableVersion, VersionTarget
-from destination.type_mapping import normalize_column
+from destination.shared.errors import BadRequest, TableNotFound, UserActionRequired
+from destination.shared.on_disk.layout import data_file_name
+from destination.shared.on_disk.locations import file_path
+from destination.shared.table_model import DELETED, ColumnDef, TableDef
+from destination.shared.type_mapping import normalize_column
+from destination.store.table_store import PendingVersion, TableVersion, VersionTarget
 from destination.write import history_migrations as history
 from destination.write.write_path import WritePath
 

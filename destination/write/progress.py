@@ -18,7 +18,7 @@ from typing import Any
 
 from pyspark import SparkContext
 
-from destination import logs
+from destination.shared import logs
 
 MB = 1 << 20
 

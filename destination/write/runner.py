@@ -25,8 +25,8 @@ from typing import NoReturn, TypeVar
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
-from destination import phases
-from destination.errors import DestinationError, SparkUnavailable
+from destination.shared import phases
+from destination.shared.errors import DestinationError, SparkUnavailable
 from destination.write import metrics, progress
 from destination.write.session import discard_if_dead
 from spark_jobs.boundary import TaskFailure, map_unit, reduce_partition, run_unit

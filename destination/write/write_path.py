@@ -19,25 +19,33 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from destination import logs, phases
-from destination.changes.files import STAGING, ChangeTarget, write_empty
-from destination.changes.metadata import KIND_ROWS, KIND_SNAPSHOT, ZERO_TOTALS, ChangeFile, ChangeParts, ChangeSet, change_set
-from destination.changes.settings import ChangeSettings
-from destination.conversion import FailureKey
-from destination.errors import BadRequest, RefusedChange, TableNotFound, UserActionRequired
-from destination.key_order import key_columns_of, keys_from_json
-from destination.placement import TARGET_FILE_BYTES, KeySample, plan_units
-from destination.settings import SMALL_REQUEST_BYTES
-from destination.storage.base import StorageSpec, open_storage
-from destination.table_model import KEY_RANGES, ColumnDef, TableDef
-from destination.table_store.datafiles import DataFile, align, read_data_file
-from destination.table_store.locations import file_dir
-from destination.table_store.store import PendingVersion, RequestIdentity, TableStore, TableVersion, VersionTarget
-from destination.type_changes import checked_columns, key_changed
-from destination.type_mapping import normalize_column
+from destination.shared import logs, phases
+from destination.shared.changes.change_settings import ChangeSettings
+from destination.shared.changes.files import STAGING, ChangeTarget, write_empty
+from destination.shared.changes.metadata import (
+    KIND_ROWS,
+    KIND_SNAPSHOT,
+    ZERO_TOTALS,
+    ChangeFile,
+    ChangeParts,
+    ChangeSet,
+    change_set,
+)
+from destination.shared.conversion import FailureKey
+from destination.shared.errors import BadRequest, RefusedChange, TableNotFound, UserActionRequired
+from destination.shared.key_order import key_columns_of, keys_from_json
+from destination.shared.on_disk.datafiles import DataFile, align, read_data_file
+from destination.shared.on_disk.locations import file_dir
+from destination.shared.placement import TARGET_FILE_BYTES, KeySample, plan_units
+from destination.shared.settings import SMALL_REQUEST_BYTES
+from destination.shared.storage.base import StorageSpec, open_storage
+from destination.shared.table_model import KEY_RANGES, ColumnDef, TableDef
+from destination.shared.type_changes import checked_columns, key_changed
+from destination.shared.type_mapping import normalize_column
+from destination.store.table_store import PendingVersion, RequestIdentity, TableStore, TableVersion, VersionTarget
 from destination.write.batches import WRITE_BATCH, WRITE_HISTORY_BATCH, BatchPlan
 from destination.write.runner import run_units
-from spark_jobs.alter import check_conversion_task, colliding_keys, convert_table, key_text
+from spark_jobs.alter import colliding_keys, convert_table, key_text
 from spark_jobs.contracts import (
     CheckConversionUnit,
     FilesWritten,
@@ -54,8 +62,9 @@ from spark_jobs.contracts import (
     data_rows,
 )
 from spark_jobs.operations import file_operations, replace_operations, to_ipc
-from spark_jobs.range_tasks import merge_range_task, sort_run_task
-from spark_jobs.tasks import (
+from spark_jobs.tasks.conversion_check import check_conversion_task
+from spark_jobs.tasks.key_ranges import merge_range_task, sort_run_task
+from spark_jobs.tasks.per_file import (
     format_changes_task,
     rewrite_file_task,
     snapshot_changes_task,
@@ -412,7 +421,7 @@ class WritePath:
 
     def _refuse_lossy_change(self, schema: str, current: TableVersion, new: TableDef) -> None:
         """Before anything is written: a Spark job over the stored files counts the values of each column whose
-        type change may lose values (destination/type_changes.py) that would not convert; any → RefusedChange."""
+        type change may lose values (destination/shared/type_changes.py) that would not convert; any → RefusedChange."""
         columns = checked_columns(current.table, new)
         units = [CheckConversionUnit(file=f, old_table=current.table, columns=tuple(columns))
                  for f in current.files if f.rows] if columns else []

@@ -1,0 +1,58 @@
+"""Primary-key tokens: what merges and change files match rows on.
+
+A key token is a canonical string of a row's key, compared in the column's type:
+FLOAT through float32, DECIMAL at its fixed scale, timestamps as exact microseconds.
+Composite keys join length-prefixed parts so no value can imitate a separator.
+Where rows are placed is decided by key order (destination.shared.key_order), not by tokens.
+"""
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from destination.shared.table_model import ColumnDef
+from destination.shared.type_mapping import arrow_type
+
+NULL_TOKEN = "\x00"
+
+
+def _part(values: pa.Array, col: ColumnDef) -> pa.Array:
+    values = values.cast(arrow_type(col))
+    t = values.type
+    if pa.types.is_timestamp(t) or pa.types.is_time(t) or pa.types.is_date(t):
+        text = values.cast(pa.int64() if not pa.types.is_date32(t) else pa.int32()).cast(pa.string())
+    elif pa.types.is_binary(t):
+        text = pa.array([None if v is None else base64.b64encode(v).decode() for v in values.to_pylist()], pa.string())
+    elif pa.types.is_floating(t):
+        # -0.0 equals 0.0 as a key
+        text = pc.if_else(pc.equal(values, 0), pa.scalar(0, t), values).cast(pa.string())
+    else:
+        text = values.cast(pa.string())
+    return pc.fill_null(text, NULL_TOKEN)
+
+
+def key_tokens(table: pa.Table, key_columns: list[ColumnDef]) -> pa.Array:
+    parts = [_part(table.column(c.name).combine_chunks(), c) for c in key_columns]
+    if len(parts) == 1:
+        return parts[0]
+    pieces: list[pa.Array | str] = []
+    for p in parts:
+        pieces.extend([pc.utf8_length(p).cast(pa.string()), ":", p])
+    return pc.binary_join_element_wise(*pieces, "|")
+
+
+def run_starts(sorted_keys: pa.Array) -> np.ndarray:
+    """For keys in sorted order: True where a run of equal keys begins."""
+    n = len(sorted_keys)
+    first = np.ones(n, dtype=bool)
+    if n > 1:
+        first[1:] = pc.not_equal(sorted_keys.slice(1), sorted_keys.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+    return first
+
+
+def run_start_index(sorted_keys: pa.Array) -> np.ndarray:
+    """For keys in sorted order: the index of the first row of each row's run."""
+    return np.maximum.accumulate(np.where(run_starts(sorted_keys), np.arange(len(sorted_keys)), 0))

@@ -1,0 +1,96 @@
+"""Avro data files (records spec `avro`, simple `_format_avro`), typed as Airbyte's S3 1.0 output schema types them.
+
+| Fivetran        | Avro (every field `["null", T]`, default null)              |
+|-----------------|-------------------------------------------------------------|
+| BOOLEAN         | boolean                                                     |
+| SHORT / INT     | int                                                         |
+| LONG            | long                                                        |
+| FLOAT / DOUBLE  | float / double                                              |
+| DECIMAL(p,s)    | bytes, logicalType decimal, precision/scale of the storage  |
+| NAIVE_DATE      | int, logicalType date                                       |
+| NAIVE_TIME      | long, logicalType time-micros                               |
+| NAIVE_DATETIME  | long, logicalType local-timestamp-micros                    |
+| UTC_DATETIME    | long, logicalType timestamp-micros                          |
+| BINARY          | bytes                                                       |
+| STRING/JSON/XML | string; `_destination_meta` too                             |
+
+Blocks are deflate-compressed (in the Python standard library; snappy would need a further package). Values are
+encoded from Arrow's integers and two's-complement bytes, whole columns at once (avro_encode.py), and read back
+through fastavro's logical types, so every value the Arrow types hold round-trips exactly.
+Field names must be Avro names; a table with another name is refused.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, BinaryIO
+
+import fastavro
+import pyarrow as pa
+
+from destination.shared.errors import BadRequest
+from destination.shared.records_formats import avro_encode
+from destination.shared.table_model import DESTINATION_META, ColumnDef, TableDef
+from destination.shared.type_mapping import arrow_schema, decimal_storage
+
+FORMAT_FILE = "_format_avro"
+SUFFIX = ".avro"
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PLAIN: dict[str, Any] = {
+    "BOOLEAN": "boolean", "SHORT": "int", "INT": "int", "LONG": "long", "FLOAT": "float", "DOUBLE": "double",
+    "NAIVE_DATE": {"type": "int", "logicalType": "date"},
+    "NAIVE_TIME": {"type": "long", "logicalType": "time-micros"},
+    "NAIVE_DATETIME": {"type": "long", "logicalType": "local-timestamp-micros"},
+    "UTC_DATETIME": {"type": "long", "logicalType": "timestamp-micros"},
+    "BINARY": "bytes", "STRING": "string", "JSON": "string", "XML": "string",
+}
+
+
+def check(table_def: TableDef) -> None:
+    """Refuse a table whose column names Avro cannot name (configuration time)."""
+    for col in table_def.columns:
+        if not _NAME.match(col.name):
+            raise BadRequest(f"table {table_def.name!r}, column {col.name!r}: not an Avro field name "
+                             "(letters, digits and _, not starting with a digit); the avro format cannot hold it")
+
+
+def _avro_type(col: ColumnDef) -> Any:
+    if col.type == "DECIMAL":
+        precision, scale = decimal_storage(col)
+        return {"type": "bytes", "logicalType": "decimal", "precision": precision, "scale": scale}
+    return _PLAIN[col.type]
+
+
+def avro_schema(table_def: TableDef) -> dict[str, Any]:
+    """The writer schema: the table's columns in order, then `_destination_meta`, all nullable."""
+    check(table_def)
+    fields = [{"name": c.name, "type": ["null", _avro_type(c)], "default": None} for c in table_def.columns]
+    fields.append({"name": DESTINATION_META, "type": ["null", "string"], "default": None})
+    return {"type": "record", "name": "row", "fields": fields}
+
+
+def write(table: pa.Table, table_def: TableDef, out: BinaryIO) -> pa.Table:
+    """Write `table` (the data-file schema: columns, then `_destination_meta`) as one Avro file; returns it."""
+    schema = avro_schema(table_def)
+    table = table.select([f.name for f in arrow_schema(list(table_def.columns))])
+    types = {f["name"]: f["type"][1] for f in schema["fields"]}
+    columns = [avro_encode.encode_column(table.column(name).combine_chunks(), types[name]) for name in table.column_names]
+    avro_encode.write_file(out, schema, columns, table.num_rows)
+    return table
+
+
+def read(src: BinaryIO, table_def: TableDef) -> pa.Table:
+    """Read an Avro file written by `write` back into the data-file Arrow table, value for value."""
+    target = arrow_schema(list(table_def.columns))
+    try:
+        reader = fastavro.reader(src, reader_schema=avro_schema(table_def))
+        writer_schema: Any = reader.writer_schema
+        found = [f["name"] for f in writer_schema["fields"]]
+        if found != target.names:  # schema resolution would fill the table's other columns with NULL
+            raise ValueError(f"its columns {found!r} are not the table's {target.names!r}")
+        rows: list[Any] = list(reader)
+    except (ValueError, EOFError, KeyError, TypeError, fastavro.read.SchemaResolutionError) as e:
+        raise BadRequest(f"table {table_def.name!r}: an Avro data file does not read as the table's rows: "
+                         f"{type(e).__name__}: {e}") from None
+    # fastavro returns the logical types as Python values (date, time, datetime, Decimal): Arrow takes them exactly
+    arrays = [pa.array([r[f.name] for r in rows], f.type) for f in target]
+    return pa.Table.from_arrays(arrays, schema=target)

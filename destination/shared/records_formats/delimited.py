@@ -1,0 +1,274 @@
+"""Delimited data files (records spec `delimited`), written and read exactly as the variant's hints say.
+
+Text of each type (the hints' formats; `SS` carries six fraction digits, as records-mover writes it):
+BOOLEAN `true`/`false`; integers in decimal; DECIMAL plain (never an exponent), all scale digits; FLOAT/DOUBLE
+the shortest text that reads back to the same value, NaN and infinities as `NaN`, `Infinity`, `-Infinity`;
+NAIVE_DATE `dateformat`; NAIVE_TIME `timeonlyformat`; NAIVE_DATETIME `datetimeformat`; UTC_DATETIME
+`datetimeformattz` in UTC (its `OF` as `+0000`; without `OF` the text is UTC); BINARY standard base64 (RFC 4648,
+padded); STRING/JSON/XML as is. NULL is the empty field (the records spec has no null hint; records-mover's
+pandas reader and Redshift's EMPTYASNULL read it so).
+
+Values the variant cannot hold are written as NULL and recorded in that row's `_destination_meta` (NULLED,
+DESTINATION_SERIALIZATION_ERROR), never altered silently: an empty string or empty BINARY (it would read as
+NULL), a NUL character, and, where the variant neither quotes nor escapes (vertica), the delimiter, the record
+terminator, CR or LF.
+
+Quoting and escaping: bluelabs escapes the escape character, the delimiter, CR, LF and the terminator with `\\`;
+csv and bigquery quote (minimal) a value holding the delimiter, the quote, CR or LF, doubling its quotes; vertica
+does neither. Reading uses pyarrow's CSV parser with the same hints (vertica: its terminator read as LF).
+"""
+from __future__ import annotations
+
+import base64
+import bz2
+import gzip
+import io
+import re
+from decimal import Decimal
+from typing import BinaryIO
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+
+from destination.shared import row_meta
+from destination.shared.conversion import NULLED, SERIALIZATION_ERROR, Failure, b64decode_array
+from destination.shared.errors import BadRequest
+from destination.shared.records_formats.hints import PYTHON_ENCODING, SUFFIX, Hints
+from destination.shared.table_model import DESTINATION_META, TableDef
+from destination.shared.type_mapping import arrow_schema
+
+FORMAT_FILE = "_format_delimited"
+GZIP_LEVEL = 1  # about half of level 6's time for ~13 % more bytes (the benchmark's table); a GZIP hint allows any level
+_STANDARD_TERMINATORS = ("\n", "\r\n", "\r")
+_FLOAT_WORDS = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def suffix(hints: Hints) -> str:
+    return SUFFIX[hints["compression"]]  # type: ignore[index]
+
+
+def arrow_format(hint: str) -> str:
+    """A date/time hint as a strftime format (`SS` → `%S`, which Arrow writes with the microseconds)."""
+    out = hint.replace("YYYY", "%Y").replace("MM", "%m").replace("DD", "%d").replace("HH24", "%H")
+    return out.replace("HH", "%H").replace("MI", "%M").replace("SS", "%S").replace("OF", "%z")
+
+
+def _unholdable(hints: Hints) -> list[str]:
+    """Characters a string value may not contain in this variant (besides it being empty)."""
+    chars = ["\x00"]
+    if hints["quoting"] is None and hints["escape"] is None:
+        chars += [str(hints["field-delimiter"]), str(hints["record-terminator"]), "\r", "\n"]
+    return chars
+
+
+def check(table_def: TableDef, hints: Hints) -> None:
+    """Refuse (configuration time) a table whose header row this variant cannot write."""
+    if not hints["header-row"]:
+        return
+    for name in [*table_def.column_names, DESTINATION_META]:
+        bad = [c for c in _unholdable(hints) if c in name]
+        if bad:
+            raise BadRequest(f"table {table_def.name!r}, column {name!r}: the header row cannot hold {bad[0]!r} "
+                             "in this variant; set header-row false")
+
+
+def _decimal_text(arr: pa.Array) -> pa.Array:
+    text = arr.cast(pa.string())
+    exp = pc.fill_null(pc.match_substring(text, "E"), False)
+    if not pc.any(exp).as_py():
+        return text
+    values = text.to_pylist()
+    for i in pc.indices_nonzero(exp).to_pylist():
+        values[i] = format(Decimal(values[i]), "f")
+    return pa.array(values, pa.string())
+
+
+_ISO = {"YYYY-MM-DD", "YYYY-MM-DD HH24:MI:SS", "YYYY-MM-DD HH:MI:SS"}
+_ISO_OF = {"YYYY-MM-DD HH:MI:SSOF", "YYYY-MM-DD HH24:MI:SSOF"}
+
+
+def _dated(arr: pa.Array, hint: str) -> pa.Array:
+    """A date or timestamp column's text: Arrow's own text where the hint is ISO order (far faster than strftime;
+    timestamps in UTC with six fraction digits), strftime for the other orders."""
+    naive = arr.cast(pa.timestamp("us")) if pa.types.is_timestamp(arr.type) else arr
+    if hint in _ISO:
+        return naive.cast(pa.string())
+    if hint in _ISO_OF:
+        return pc.binary_join_element_wise(naive.cast(pa.string()), "+0000", "")
+    return pc.strftime(arr, arrow_format(hint))
+
+
+def _text(arr: pa.Array, hints: Hints, col_type: str) -> tuple[pa.Array, pa.Array | None]:
+    """(the column's text, NULL for NULL; a mask of values the variant cannot hold, or None)."""
+    t = arr.type
+    if pa.types.is_boolean(t):
+        return pc.if_else(arr, "true", "false"), None
+    if pa.types.is_integer(t):
+        return arr.cast(pa.string()), None
+    if pa.types.is_floating(t):
+        text = arr.cast(pa.string())
+        for word, spelled in _FLOAT_WORDS.items():
+            text = pc.if_else(pc.equal(text, word), spelled, text)
+        return text, None
+    if pa.types.is_decimal(t):
+        return _decimal_text(arr), None
+    if pa.types.is_date32(t):
+        return _dated(arr, str(hints["dateformat"])), None
+    if pa.types.is_time64(t):
+        return arr.cast(pa.string()), None  # HH:MM:SS.ffffff, the one lossless timeonlyformat's text
+    if pa.types.is_timestamp(t):
+        return _dated(arr, str(hints["datetimeformattz"] if t.tz else hints["datetimeformat"])), None
+    if pa.types.is_binary(t):
+        bad = pc.equal(pc.binary_length(arr), 0)
+        return pa.array([None if b is None else base64.b64encode(b).decode("ascii") for b in arr.to_pylist()],
+                        pa.string()), bad
+    bad = pc.equal(arr, "")
+    if col_type != "META":
+        for ch in _unholdable(hints):
+            bad = pc.or_(bad, pc.match_substring(arr, ch))
+    return arr, bad
+
+
+def _field_text(text: pa.Array, hints: Hints) -> pa.Array:
+    """Quote (minimal, doubling the quote character) or escape each value as the hints say; NULL → empty field.
+    Written here (vectorized) rather than by the csv module, whose writer leaves a CR unescaped when the
+    terminator is LF, so that its reader then splits the record there."""
+    delimiter, terminator = str(hints["field-delimiter"]), str(hints["record-terminator"])
+    specials = "".join(dict.fromkeys(delimiter + "\r\n" + terminator))
+    if hints["quoting"] is None and hints["escape"] is not None:
+        escape = str(hints["escape"])
+        pattern = "([" + re.escape(escape + specials) + "])"
+        if pc.any(pc.match_substring_regex(text, pattern)).as_py():
+            text = pc.replace_substring_regex(text, pattern, escape.replace("\\", "\\\\") + "\\1")
+    elif hints["quoting"] == "minimal" and hints["doublequote"] and hints["escape"] is None:
+        quote = str(hints["quotechar"])
+        needs = pc.match_substring_regex(text, "[" + re.escape(quote + specials) + "]")
+        if pc.any(needs).as_py():
+            quoted = pc.binary_join_element_wise(quote, pc.replace_substring(text, quote, quote + quote), quote, "")
+            text = pc.if_else(needs, quoted, text)
+    elif hints["quoting"] is not None or hints["doublequote"]:
+        raise BadRequest(f"quoting {hints['quoting']!r} with doublequote {hints['doublequote']!r} and escape "
+                         f"{hints['escape']!r}: not a combination this writer knows")
+    return pc.fill_null(text, "")
+
+
+def _records_bytes(texts: list[pa.Array], free_text: list[bool], hints: Hints) -> bytes:
+    """The file's text (UTF-8): fields joined by the delimiter, each record ended by the terminator."""
+    delimiter, terminator = str(hints["field-delimiter"]), str(hints["record-terminator"])
+    # only text values can hold a delimiter, quote or line break; numbers, dates and base64 never do
+    fields = [_field_text(t, hints) if free else pc.fill_null(t, "") for t, free in zip(texts, free_text, strict=True)]
+    rows = pc.binary_join_element_wise(*fields, delimiter) if len(fields) > 1 else fields[0]
+    rows = pc.binary_join_element_wise(rows, pa.scalar(terminator), "")
+    rows = rows.cast(pa.large_string())
+    offsets = np.frombuffer(rows.buffers()[1], np.int64)[rows.offset:rows.offset + len(rows) + 1]
+    if len(rows) == 0:
+        return b""
+    return rows.buffers()[2].to_pybytes()[int(offsets[0]):int(offsets[-1])]
+
+
+def _compress(data: bytes, hints: Hints) -> bytes:
+    if hints["compression"] == "GZIP":
+        return gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
+    if hints["compression"] == "BZIP":
+        return bz2.compress(data)
+    return data
+
+
+def write(table: pa.Table, table_def: TableDef, out: BinaryIO, hints: Hints) -> pa.Table:
+    """Write `table` (columns, then `_destination_meta`) as one delimited file; returns the rows as stored: values
+    the variant cannot hold are NULL there and recorded in `_destination_meta`."""
+    check(table_def, hints)
+    schema = arrow_schema(list(table_def.columns))
+    table = table.select(schema.names)
+    texts: list[pa.Array] = []
+    changes: dict[int, list[Failure]] = {}
+    for name in schema.names:
+        arr = table.column(name).combine_chunks()
+        col = table_def.column(name)
+        text, bad = _text(arr, hints, col.type if col else "META")
+        if bad is not None and pc.any(pc.fill_null(bad, False)).as_py():
+            bad = pc.fill_null(bad, False)
+            for row in pc.indices_nonzero(bad).to_pylist():
+                changes.setdefault(row, []).append(Failure(row, name, NULLED, SERIALIZATION_ERROR))
+            text = pc.if_else(bad, pa.scalar(None, pa.string()), text)
+            arr = pc.if_else(bad, pa.scalar(None, arr.type), arr)
+            table = table.set_column(table.schema.get_field_index(name), name, arr)
+        texts.append(text)
+    if changes:
+        meta_at = table.schema.get_field_index(DESTINATION_META)
+        meta = row_meta.add_changes(table.column(DESTINATION_META).combine_chunks(), changes, version=None)
+        table = table.set_column(meta_at, DESTINATION_META, meta)
+        texts[meta_at] = meta
+    free_text = [pa.types.is_string(f.type) for f in schema]
+    body = _records_bytes(texts, free_text, hints)
+    if hints["header-row"]:
+        body = _records_bytes([pa.array([n], pa.string()) for n in schema.names], [True] * len(schema), hints) + body
+    encoding = PYTHON_ENCODING[str(hints["encoding"])]
+    out.write(_compress(body if encoding == "utf-8" else body.decode("utf-8").encode(encoding), hints))
+    return table
+
+
+def _columns(data: bytes, names: list[str], hints: Hints, table: str) -> list[pa.Array]:
+    """Each field's text (NULL for an empty field), read from the file's UTF-8 bytes as the hints say."""
+    terminator, delimiter = str(hints["record-terminator"]), str(hints["field-delimiter"])
+    header = bool(hints["header-row"])
+    if terminator not in _STANDARD_TERMINATORS:
+        if hints["quoting"] is not None or hints["escape"] is not None:
+            raise BadRequest(f"record-terminator {terminator!r} with quoting or escape: not a variant this reads")
+        # neither quoted nor escaped: no value holds the terminator, CR or LF (write NULLs them), so LF can stand in
+        data = data.replace(terminator.encode("utf-8"), b"\n")
+    quoted = hints["quoting"] is not None
+    parse = pacsv.ParseOptions(delimiter=delimiter, quote_char=str(hints["quotechar"]) if quoted else False,
+                               double_quote=bool(hints["doublequote"]), escape_char=hints["escape"] or False,
+                               newlines_in_values=True, ignore_empty_lines=False)
+    read_options = pacsv.ReadOptions(column_names=None if header else names, block_size=1 << 26)
+    convert = pacsv.ConvertOptions(column_types={n: pa.string() for n in names}, strings_can_be_null=True,
+                                   null_values=[""], quoted_strings_can_be_null=True)
+    try:
+        parsed = pacsv.read_csv(io.BytesIO(data), read_options, parse, convert)
+    except pa.ArrowInvalid as e:
+        raise BadRequest(f"table {table!r}: a delimited data file does not parse: {e}") from None
+    found = parsed.column_names
+    columns = [parsed.column(i).combine_chunks() for i in range(parsed.num_columns)]
+    if found != names or len(columns) != len(names):
+        raise BadRequest(f"table {table!r}: a delimited data file's columns {found!r} are not the table's {names!r}")
+    return columns
+
+
+def _from_text(text: pa.Array, dtype: pa.DataType, hints: Hints) -> pa.Array:
+    if pa.types.is_boolean(dtype):
+        return pc.equal(text, "true")
+    if pa.types.is_integer(dtype) or pa.types.is_floating(dtype) or pa.types.is_decimal(dtype):
+        return text.cast(dtype)
+    if pa.types.is_date32(dtype):
+        return pc.strptime(text, arrow_format(str(hints["dateformat"])), "s").cast(dtype)
+    if pa.types.is_time64(dtype):
+        def part(a: int, b: int) -> pa.Array:
+            return pc.utf8_slice_codeunits(text, a, b).cast(pa.int64())
+        micros = pc.add(pc.multiply(pc.add(pc.multiply(pc.add(pc.multiply(part(0, 2), 60), part(3, 5)), 60),
+                                           part(6, 8)), 1_000_000), part(9, 15))
+        return micros.cast(dtype)
+    if pa.types.is_timestamp(dtype):
+        return text.cast(pa.timestamp("us", "UTC") if dtype.tz and hints["datetimeformattz"].endswith("OF")  # type: ignore[union-attr]
+                         else pa.timestamp("us")).cast(dtype)
+    if pa.types.is_binary(dtype):
+        return pc.if_else(pc.is_null(text), pa.scalar(None, dtype), b64decode_array(pc.fill_null(text, "")))
+    return text
+
+
+def read(src: BinaryIO, table_def: TableDef, hints: Hints) -> pa.Table:
+    """Read a delimited file written by `write` back into the data-file Arrow table, value for value."""
+    data = src.read()
+    if hints["compression"] == "GZIP":
+        data = gzip.decompress(data)
+    elif hints["compression"] == "BZIP":
+        data = bz2.decompress(data)
+    encoding = PYTHON_ENCODING[str(hints["encoding"])]
+    if encoding != "utf-8":
+        data = data.decode(encoding).encode("utf-8")
+    schema = arrow_schema(list(table_def.columns))
+    columns = _columns(data, schema.names, hints, table_def.name)
+    arrays = [_from_text(col, f.type, hints) for col, f in zip(columns, schema, strict=True)]
+    return pa.Table.from_arrays(arrays, schema=schema)

@@ -1,0 +1,24 @@
+"""A local records directory of one data file in a codec's format: what records-mover and the loaders read
+(data file, `_schema.json`, `_format_*`, then `_manifest` last). The table store's own directories stay Parquet
+until the write path uses the codecs."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+
+from destination.shared.on_disk.records import MANIFEST, SCHEMA_JSON, dumps, manifest_json, schema_json
+from destination.shared.records_formats.codec import Codec
+from destination.shared.table_model import TableDef
+
+
+def write_directory(path: Path, codec: Codec, table: pa.Table, table_def: TableDef) -> pa.Table:
+    """Write `table` into the records directory `path`; returns the rows as stored (Codec.write)."""
+    path.mkdir(parents=True, exist_ok=True)
+    data = path / f"data001{codec.suffix}"
+    with data.open("wb") as out:
+        stored = codec.write(table, table_def, out)
+    (path / SCHEMA_JSON).write_bytes(dumps(schema_json(table_def)))
+    (path / codec.format_file).write_bytes(codec.format_content())
+    (path / MANIFEST).write_bytes(dumps(manifest_json([(data.resolve().as_uri(), data.stat().st_size)])))
+    return stored

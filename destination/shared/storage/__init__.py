@@ -1,0 +1,4 @@
+"""Object storage behind one small interface: the local filesystem and S3."""
+from destination.shared.storage.base import Storage, StorageSpec, open_storage
+
+__all__ = ["Storage", "StorageSpec", "open_storage"]

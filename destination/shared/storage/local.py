@@ -1,0 +1,133 @@
+"""Local filesystem storage: exclusive create with O_EXCL, atomic replace, hard links for carry-over."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow.fs as pafs
+
+from destination.shared.errors import StorageError
+from destination.shared.storage.base import ObjectInfo, Storage, StorageSpec
+
+
+def process_umask() -> int:
+    """The process umask, read without changing it (os.umask can only set it, racing other threads)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    current = os.umask(0o022)  # no /proc (not Linux): set and restore
+    os.umask(current)
+    return current
+
+
+class LocalStorage(Storage):
+    def __init__(self, spec: StorageSpec) -> None:
+        self.spec = spec
+        self.base = Path(spec.root).expanduser().resolve()
+        try:
+            self.base.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot create the root directory {str(self.base)!r}: {exc.strerror}") from None
+        if not os.access(self.base, os.W_OK):
+            raise StorageError(f"the root directory {str(self.base)!r} is not writable")
+        self._fs = pafs.LocalFileSystem()
+
+    def _p(self, path: str) -> Path:
+        return self.base / path
+
+    def read_bytes(self, path: str) -> bytes:
+        return self._p(path).read_bytes()
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        target = self._p(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+        try:
+            # mkstemp creates 0600; the renamed file must be as readable as the data files beside it
+            os.fchmod(fd, 0o666 & ~process_umask())
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def create_exclusive(self, path: str, data: bytes) -> bool:
+        # Write a temp file then link it into place: link() fails if the target exists, so the
+        # object appears complete and atomically, and exactly one of several racers wins.
+        target = self._p(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.parent / f".tmp-{uuid.uuid4().hex}"
+        tmp.write_bytes(data)
+        try:
+            os.link(tmp, target)
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def exists(self, path: str) -> bool:
+        return self._p(path).exists()
+
+    def list_children(self, prefix: str) -> list[str]:
+        p = self._p(prefix)
+        if not p.is_dir():
+            return []
+        return sorted(name for name in os.listdir(p) if not name.startswith(".tmp-"))
+
+    def list_recursive(self, prefix: str) -> Iterator[ObjectInfo]:
+        top = self._p(prefix)
+        if not top.is_dir():
+            return
+        for dirpath, _dirs, files in os.walk(top):
+            for name in files:
+                full = Path(dirpath) / name
+                st = full.stat()
+                yield ObjectInfo(str(full.relative_to(self.base)).replace(os.sep, "/"), st.st_size, st.st_mtime)
+
+    def list_starting_with(self, path: str) -> list[str]:
+        folder, _, start = path.rpartition("/")
+        names = self.list_children(folder)
+        return [f"{folder}/{n}" if folder else n for n in names if n.startswith(start)]
+
+    def delete(self, path: str) -> None:
+        self._p(path).unlink(missing_ok=True)
+
+    def delete_prefix(self, prefix: str) -> None:
+        shutil.rmtree(self._p(prefix), ignore_errors=True)
+
+    def copy(self, src: str, dst: str) -> None:
+        target = self._p(dst)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(self._p(src), target)
+        except FileExistsError:
+            pass
+        except OSError:  # another filesystem, or links not supported
+            shutil.copyfile(self._p(src), target)
+
+    def size(self, path: str) -> int:
+        return self._p(path).stat().st_size
+
+    def url(self, path: str) -> str:
+        return self._p(path).as_uri()
+
+    @property
+    def arrow_fs(self) -> pafs.FileSystem:
+        return self._fs
+
+    def arrow_path(self, path: str) -> str:
+        target = self._p(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return str(target)

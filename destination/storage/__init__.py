@@ -1,4 +1,0 @@
-"""Object storage behind one small interface: the local filesystem and S3."""
-from destination.storage.base import Storage, StorageSpec, open_storage
-
-__all__ = ["Storage", "StorageSpec", "open_storage"]

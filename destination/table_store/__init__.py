@@ -1,1 +1,0 @@
-"""Versioned, atomically committed records directories (see docs/ARCHITECTURE.md)."""

@@ -1,0 +1,188 @@
+"""The write's tasks over key ranges (destination.shared.placement): stage 1 sorts a batch file's operations into a
+staged run; a unit task merges one key range's operations with the stored files they can touch.
+
+A unit rewrites a stored file only when it must: an operation that may insert inside the file's key range, or one
+whose key the file holds (its key columns are read to know). Keys outside every file's range are new rows: they
+go to new files, placed in the gaps between the files left as they are, so files never overlap.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterable
+from dataclasses import replace
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.ipc as ipc
+
+from destination.shared.changes.events import pair_changes
+from destination.shared.changes.files import write_events
+from destination.shared.changes.metadata import ChangeFile
+from destination.shared.key_order import (
+    count_bounds_below,
+    key_columns_of,
+    keys_from_json,
+    keys_to_json,
+    sorted_rows,
+    sorted_span,
+    within,
+)
+from destination.shared.keys import key_tokens
+from destination.shared.on_disk.datafiles import DataFile, align, read_data_file, write_sorted_files
+from destination.shared.on_disk.locations import file_dir
+from destination.shared.storage.base import Storage, open_storage
+from destination.shared.table_model import TableDef
+from spark_jobs.contracts import DecodedCounts, FilesWritten, JobContext, RangeUnit, RunSource, SortedRun, data_rows
+from spark_jobs.history import merge_history_rows
+from spark_jobs.merge import merge_rows
+from spark_jobs.operations import KEY, OP, OP_REPLACE, SEQ, file_operations, from_ipc, replace_operations
+
+RUN_BATCH_ROWS = 16_384  # rows per record batch of a staged run: the granularity units read runs at
+
+
+def _scratch(ctx: JobContext) -> Storage:
+    return open_storage(ctx.scratch or ctx.storage)
+
+
+def sort_run_task(ctx: JobContext, unit: RunSource) -> SortedRun:
+    """Stage 1: one batch file's operations (or a stored file's rows) in key order, staged as an IPC file."""
+    started = time.perf_counter()
+    table_def = ctx.table
+    compression = ctx.run_compression
+    if unit.stored is not None:
+        stored = read_data_file(open_storage(ctx.storage), file_dir(ctx.read_dir, unit.stored), unit.stored.name)
+        return _stage(_scratch(ctx), unit.run_path, sorted_rows(align(stored, table_def), table_def), table_def,
+                      compression)
+    assert unit.ref is not None and unit.fmt is not None
+    ops = file_operations(table_def, unit.ref, unit.fmt)
+    rows = sorted_rows(pa.concat_tables(ops.parts), table_def, extra=(SEQ,)) if ops.parts else None
+    run = _stage(_scratch(ctx), unit.run_path, rows, table_def, compression)
+    return replace(run, counts=DecodedCounts(rows=ops.rows, failures_by_column=ops.failures_by_column,
+                                             seconds=time.perf_counter() - started,
+                                             data_rows=data_rows(unit.ref.kind, ops.rows)))
+
+
+def _stage(storage: Storage, path: str, rows: pa.Table | None, table_def: TableDef,
+           compression: str | None) -> SortedRun:
+    if rows is None or not rows.num_rows:
+        return SortedRun(run_path=path, rows=0, bytes=0, batch_rows=(), batch_first=(), batch_last=())
+    n = rows.num_rows
+    starts = list(range(0, n, RUN_BATCH_ROWS))
+    options = ipc.IpcWriteOptions(compression=compression)
+    with storage.open_output(path) as sink, ipc.new_file(sink, rows.schema, options=options) as writer:
+        for s in starts:
+            writer.write_batch(rows.slice(s, RUN_BATCH_ROWS).combine_chunks().to_batches()[0])
+    keys = key_columns_of(rows, table_def)
+    firsts = keys_to_json(keys.take(starts), table_def)
+    lasts = keys_to_json(keys.take([min(s + RUN_BATCH_ROWS, n) - 1 for s in starts]), table_def)
+    return SortedRun(run_path=path, rows=n, bytes=storage.size(path),
+                     batch_rows=tuple(min(RUN_BATCH_ROWS, n - s) for s in starts),
+                     batch_first=tuple(firsts), batch_last=tuple(lasts))
+
+
+def _bound(key: list[object] | None, table_def: TableDef) -> pa.Table | None:
+    return None if key is None else keys_from_json([key], table_def)
+
+
+def _unit_input(ctx: JobContext, unit: RangeUnit) -> pa.Table | None:
+    """The unit's operations (or rows): its chunks, and its slices of sorted runs filtered to [lo, hi)."""
+    parts = [from_ipc(c) for c in unit.chunks]
+    if unit.runs:
+        storage = _scratch(ctx)
+        lo, hi = _bound(unit.lo, ctx.table), _bound(unit.hi, ctx.table)
+        for piece in unit.runs:  # consecutive batches of one sorted run: the range is one span of them
+            with storage.open_input(piece.run_path) as source:
+                reader = ipc.open_file(source)
+                rows = pa.Table.from_batches([reader.get_batch(i) for i in piece.batches])
+            start, stop = sorted_span(key_columns_of(rows, ctx.table), lo, hi)
+            parts.append(rows.slice(start, stop - start))
+    parts = [p for p in parts if p.num_rows]
+    # left in chunks: the merge takes its rows once, in key order, at the end
+    return pa.concat_tables(parts) if parts else None
+
+
+def _must_rewrite(ctx: JobContext, storage: Storage, f: DataFile, ops: pa.Table, op_keys: pa.Table) -> bool:
+    """Whether an operation can change file `f`: one inside its range that may insert there, or one whose key
+    the file holds (only then are its key columns read)."""
+    table_def = ctx.table
+    inside = within(op_keys, _bound(f.first_key, table_def), _bound(f.last_key, table_def), hi_inclusive=True)
+    if not inside.any():
+        return False
+    if pc.any(pc.equal(pc.filter(ops.column(OP), pa.array(inside)), OP_REPLACE)).as_py():
+        return True  # an insert or a replace inside the range: the file is rewritten in either case
+    stored_keys = read_data_file(storage, file_dir(ctx.read_dir, f), f.name, [c.name for c in table_def.entity_key])
+    wanted = pc.filter(ops.column(KEY), pa.array(inside))
+    return bool(pc.any(pc.is_in(key_tokens(stored_keys, table_def.entity_key), value_set=wanted)).as_py())
+
+
+def _read_part(ctx: JobContext, storage: Storage, f: DataFile, unit: RangeUnit) -> pa.Table:
+    """A stored file's rows within the unit's range (all of them when the file lies inside it)."""
+    rows = align(read_data_file(storage, file_dir(ctx.read_dir, f), f.name), ctx.table)
+    lo, hi = _bound(unit.lo, ctx.table), _bound(unit.hi, ctx.table)
+    if lo is None and hi is None:
+        return rows
+    inside = within(key_columns_of(rows, ctx.table), lo, hi)
+    return rows if inside.all() else rows.filter(pa.array(inside))
+
+
+def merge_range_task(ctx: JobContext, unit: RangeUnit) -> FilesWritten:
+    """One unit of a write: its operations merged with the stored files they can change; new rows, and the
+    rewritten files' rows, written in key order as files of about the target size."""
+    started = time.perf_counter()
+    storage = open_storage(ctx.storage)
+    table_def = ctx.table
+    incoming = _unit_input(ctx, unit)
+    if unit.rows_only:  # a relayout: the rows are the table's, in their new places
+        written = _write(ctx, storage, incoming if incoming is not None else align(pa.table({}), table_def), [])
+        return FilesWritten(new_files=tuple(written), counts={"rows": incoming.num_rows if incoming else 0},
+                            seconds=time.perf_counter() - started)
+    if incoming is None and not unit.compact:
+        return FilesWritten(counts={"units": 1}, seconds=time.perf_counter() - started)
+    ops = incoming if incoming is not None else _no_operations(ctx)
+    op_keys = key_columns_of(ops, table_def)
+    rewrite = [f for f in unit.files if unit.compact or _must_rewrite(ctx, storage, f, ops, op_keys)]
+    kept = [f for f in unit.files if f not in rewrite]
+    parts = [_read_part(ctx, storage, f, unit) for f in rewrite]
+    stored = pa.concat_tables(parts) if parts else align(pa.table({}), table_def)
+    merge = merge_history_rows if table_def.is_history else merge_rows
+    result = merge(stored, ops, table_def, ctx.version, track_changes=ctx.tracks_row_changes)
+    counts = result.counts.as_dict()
+    changes: tuple[ChangeFile, ...] = ()
+    target = ctx.changes
+    if target is not None and ctx.tracks_row_changes and result.before is not None and result.after is not None:
+        paired = pair_changes(result.before, result.after, table_def, target.settings.emit_noop_updates)
+        counts["noop_updates"] = paired.noop_updates
+        part = write_events(storage, target, table_def, unit.tag, paired.events)
+        changes = (part,) if part else ()
+    written = _write(ctx, storage, result.table, kept)
+    counts["files_rewritten"] = len(rewrite)
+    counts["units"] = 1  # summed over the job: its tasks
+    return FilesWritten(new_files=tuple(written), replaced=tuple(f.name for f in rewrite), counts=counts,
+                        changes=changes, seconds=time.perf_counter() - started)
+
+
+def _no_operations(ctx: JobContext) -> pa.Table:
+    """An empty operations table (a compaction unit the request does not touch)."""
+    return replace_operations(align(pa.table({}), ctx.table), ctx.table)
+
+
+def _write(ctx: JobContext, storage: Storage, rows: pa.Table, kept: Iterable[DataFile]) -> list[DataFile]:
+    """`rows` in key order as target-size files, cut where a file left as it is lies between them (files never
+    overlap)."""
+    if not rows.num_rows:
+        return []
+    table_def = ctx.table
+    rows = sorted_rows(rows, table_def)
+    firsts = [f.first_key for f in kept if f.first_key is not None]
+    pieces = [rows]
+    if firsts:
+        between = count_bounds_below(key_columns_of(rows, table_def), keys_from_json(firsts, table_def))
+        cuts = np.flatnonzero(np.diff(between)) + 1
+        edges = [0, *cuts.tolist(), rows.num_rows]
+        pieces = [rows.slice(a, b - a) for a, b in itertools.pairwise(edges)]
+    out: list[DataFile] = []
+    for piece in pieces:
+        out += write_sorted_files(storage, ctx.target_dir, piece, table_def, ctx.target_file_bytes)
+    return out
