@@ -1,6 +1,7 @@
 """The `glue` catalog against moto's Glue server (the only Glue API that runs here; AWS itself is not reached):
 every commit moves the table's ICEBERG entry (previous location kept, columns current), pyiceberg's GlueCatalog
-reads the latest version and the one before by time travel, a drop removes the entry; on local disk and S3."""
+reads the latest version and the one before by time travel, the DELTA entry (database `<schema>_delta`) names the
+folder that delta-rs reads, a drop removes both entries; on local disk and S3."""
 from __future__ import annotations
 
 import uuid
@@ -12,13 +13,14 @@ import pytest
 
 from destination.catalogs.base import catalog_name
 from destination.catalogs.catalog_settings import CatalogSettings
-from destination.catalogs.glue import glue_keeps
+from destination.catalogs.glue import EntryTaken, glue_keeps
 from destination.catalogs.kinds import follow_hook
+from destination.shared.errors import UserActionRequired
 from destination.shared.on_disk.options import TABLE_FORMATS
 from destination.shared.storage.base import Storage
 from destination.store.table_store import TableStore
 from destination.table_formats.iceberg import file_io_properties
-from tests.lake_readers import rows
+from tests.lake_readers import delta_rs, rows
 from tests.rpc_helpers import run_tester_input
 from tests.test_catalogs import metadata_of, named_appender
 from tests.test_table_formats import TESTER_INPUTS, columns_in, records_rows
@@ -42,13 +44,27 @@ def pyiceberg_glue(storage: Storage, endpoint: str) -> Any:
                        **file_io_properties(storage.spec))
 
 
+def glue_client(endpoint: str) -> Any:
+    return boto3.client("glue", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=KEY,
+                        aws_secret_access_key=SECRET)
+
+
+def delta_entry_rows(glue: Any, storage: Storage, database: str, name: str, columns: list[str]) -> list[tuple[Any, ...]]:
+    """The rows delta-rs reads at the folder the Glue DELTA entry names (as Athena and Spark find the table)."""
+    entry = glue.get_table(DatabaseName=database, Name=name)["Table"]
+    assert entry["Parameters"]["table_type"] == "DELTA"
+    assert entry["Parameters"]["spark.sql.sources.provider"] == "delta"
+    location = entry["StorageDescriptor"]["Location"]
+    assert entry["StorageDescriptor"]["SerdeInfo"]["Parameters"]["path"] == location
+    return rows(delta_rs(storage.spec, location), columns)
+
+
 def test_the_glue_entry_follows_commits_and_drops(storage: Storage, glue_endpoint: str) -> None:
     store = glue_store(storage, glue_endpoint)
     store.write(SCHEMA, "events", appender(storage, 0))
     store.write(SCHEMA, "events", appender(storage, 10))
     store.write(SCHEMA, "other", named_appender(storage, "other", 5))
-    glue = boto3.client("glue", endpoint_url=glue_endpoint, region_name="us-east-1", aws_access_key_id=KEY,
-                        aws_secret_access_key=SECRET)
+    glue = glue_client(glue_endpoint)
     entry = glue.get_table(DatabaseName=DATABASE, Name="events")["Table"]
     assert entry["Parameters"]["table_type"] == "ICEBERG"
     assert entry["Parameters"]["metadata_location"] == metadata_of(storage, 2)
@@ -57,8 +73,36 @@ def test_the_glue_entry_follows_commits_and_drops(storage: Storage, glue_endpoin
     table = pyiceberg_glue(storage, glue_endpoint).load_table((DATABASE, "events"))
     assert sorted(table.scan().to_arrow().column("id").to_pylist()) == [0, 1, 2, 10, 11, 12]
     assert sorted(table.scan(snapshot_id=1).to_arrow().column("id").to_pylist()) == [0, 1, 2]
+    latest = store.load(SCHEMA, "events")
+    assert latest is not None
+    assert delta_entry_rows(glue, storage, DATABASE + "_delta", "events", ["id", "v"]) == rows(
+        records_rows(storage, latest), ["id", "v"])
     store.drop(SCHEMA, "events")
     assert [t["Name"] for t in glue.get_tables(DatabaseName=DATABASE)["TableList"]] == ["other"]
+    assert [t["Name"] for t in glue.get_tables(DatabaseName=DATABASE + "_delta")["TableList"]] == ["other"]
+
+
+def test_a_glue_name_held_by_another_table_is_a_task_naming_it(storage: Storage, glue_endpoint: str) -> None:
+    """A table of the Delta entry's name that is not a Delta table (someone's Iceberg table) is not taken over or
+    passed over: the write's catalog step is a Task naming it, and the records version stands."""
+    glue = glue_client(glue_endpoint)
+    taken = f"taken_{uuid.uuid4().hex[:8]}"  # the moto server is shared by the tests
+    try:
+        glue.create_database(DatabaseInput={"Name": DATABASE + "_delta"})
+    except glue.exceptions.AlreadyExistsException:
+        pass
+    glue.create_table(DatabaseName=DATABASE + "_delta", TableInput={
+        "Name": taken, "TableType": "EXTERNAL_TABLE", "Parameters": {"table_type": "ICEBERG"}})
+    store = glue_store(storage, glue_endpoint)
+    with pytest.raises(EntryTaken) as refused:
+        store.write(SCHEMA, taken, named_appender(storage, taken, 0))
+    assert isinstance(refused.value, UserActionRequired)
+    assert f"{DATABASE}_delta.{taken} of table_type ICEBERG, not DELTA" in str(refused.value)
+    assert store.load(SCHEMA, taken) is not None  # the records version is not lost to the catalog
+    assert glue.get_table(DatabaseName=DATABASE + "_delta", Name=taken)["Table"]["Parameters"] == {
+        "table_type": "ICEBERG"}
+    with pytest.raises(glue.exceptions.EntityNotFoundException):  # no Iceberg entry without its Delta one
+        glue.get_table(DatabaseName=DATABASE, Name=taken)
 
 
 @pytest.mark.parametrize("path", TESTER_INPUTS, ids=lambda p: p.stem)
@@ -70,6 +114,7 @@ def test_every_tester_table_is_found_through_glue_at_its_latest_version(  # type
     run = run_tester_input(grpc_server, configuration, path, tmp_path, schema=schema)
     storage, store, names = run.storage, run.store, run.names
     catalog = pyiceberg_glue(storage, glue_endpoint)
+    glue = glue_client(glue_endpoint)
     mapped = {catalog_name(n, glue_keeps, "table"): n for n in names}
     assert sorted(t for _, t in catalog.list_tables(schema)) == sorted(mapped)  # drops and renames followed
     for glue_name, name in mapped.items():
@@ -79,3 +124,7 @@ def test_every_tester_table_is_found_through_glue_at_its_latest_version(  # type
         assert table.metadata_location == storage.url(f"{latest.prefix}/metadata/v{latest.version}.metadata.json")
         columns = columns_in(latest.table, "iceberg")
         assert rows(table.scan().to_arrow(), columns) == rows(records_rows(storage, latest), columns), name
+        columns = columns_in(latest.table, "delta")
+        assert delta_entry_rows(glue, storage, schema + "_delta", glue_name, columns) == rows(
+            records_rows(storage, latest), columns), name
+    assert sorted(t["Name"] for t in glue.get_tables(DatabaseName=schema + "_delta")["TableList"]) == sorted(mapped)

@@ -47,6 +47,17 @@ class Catalog(Protocol):
         """Remove the entry, if there is one (the table's files are not touched)."""
 
 
+class DeltaEntries(Protocol):
+    """A catalog that also registers a table's Delta Lake table (Glue). The entry names the folder, not a version,
+    so it is made once and dropped with the table."""
+
+    def register_delta(self, namespace: str, name: str, folder: str) -> None:
+        """Create the Delta entry unless it exists (a name held by another kind of table is a Task)."""
+
+    def drop_delta(self, namespace: str, name: str) -> None:
+        """Remove the Delta entry, if there is one."""
+
+
 def with_retries(described: str, classify: Callable[[Exception], str | None], action: Callable[[], T]) -> T:
     """`action()`, retried while `classify(error)` says "transient"; "refused" → CatalogRefused; None → raised as
     it is. A message never carries a credential: the catalog is named by `described`."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from destination.catalogs.base import Catalog, catalog_name
+from destination.catalogs.base import Catalog, DeltaEntries, catalog_name
 from destination.shared import logs, phases
 from destination.shared.storage.base import Storage
 from destination.shared.table_model import TableDef
@@ -25,10 +25,12 @@ KEEP_ALL = 1  # the oldest version the formats are told to keep while the entry'
 
 @dataclass(frozen=True)
 class Registry:
-    """A catalog and the name rule of its kind (`keeps`: the characters its names hold as they are)."""
+    """A catalog and the name rule of its kind (`keeps`: the characters its names hold as they are); `delta`: the
+    same catalog when it registers the Delta tables too (Glue with Delta Lake on)."""
 
     catalog: Catalog
     keeps: Callable[[str], bool]
+    delta: DeltaEntries | None = None
 
     def names(self, schema: str, table: str) -> tuple[str, str]:
         return (catalog_name(schema, self.keeps, "schema name"), catalog_name(table, self.keeps, "table name"))
@@ -63,6 +65,8 @@ def point_entry(registry: Registry, storage: Storage, prefix: str, schema: str, 
         if current == location or (named is not None and named > last):
             return named
         if current is None:
+            if registry.delta is not None:  # first: an Iceberg entry is only made with the Delta one in place
+                registry.delta.register_delta(namespace, name, storage.url(prefix))
             catalog.register(namespace, name, location, table)
             continue  # read back: registered by us, or by another writer meanwhile
         if catalog.advance(namespace, name, location, current, table):
@@ -111,4 +115,6 @@ class FollowCatalog:
         self.formats.dropped(store, schema, table)
         namespace, name = self.registry.names(schema, table)
         self.registry.catalog.drop(namespace, name)
+        if self.registry.delta is not None:
+            self.registry.delta.drop_delta(namespace, name)
         logs.info(f"{schema}.{table}: {self.registry.catalog.described} entry dropped")

@@ -2,6 +2,13 @@
 Trino's glue metastore) read them: a table of `table_type` ICEBERG whose `metadata_location` names the current
 metadata file and `previous_metadata_location` the one before, with the current schema's columns.
 
+Where Delta Lake is on, the Delta table too, in the database named as the schema's plus `_delta`, under the same
+table name (one Glue database holds one table per name, and a reader picks a format by database): a table of
+`table_type` DELTA (as Athena's `CREATE EXTERNAL TABLE … TBLPROPERTIES ('table_type'='DELTA')` registers it) with
+`spark.sql.sources.provider` delta and the folder as its location and SerDe `path` (as Spark registers a Delta
+table in Glue). It names no version: readers find the latest in the folder's `_delta_log`, so it never moves. Its
+columns are left out: Athena and Spark read the schema from the log.
+
 Written with boto3 rather than pyiceberg's GlueCatalog: its `register_table` and `commit_table` read or write the
 metadata file themselves (commit writes a new one from a list of updates), while ours is already written
 (destination/table_formats/iceberg.py). The move is what GlueCatalog's commit does inside: `update_table` with the
@@ -14,6 +21,7 @@ from typing import Any
 
 from destination.catalogs.base import with_retries
 from destination.catalogs.catalog_settings import CatalogSettings
+from destination.shared.errors import UserActionRequired
 from destination.shared.table_model import TableDef
 
 TRANSIENT_CODES = {"ThrottlingException", "InternalServiceException", "OperationTimeoutException",
@@ -37,6 +45,13 @@ def classify(exc: Exception) -> str | None:
         if code in TRANSIENT_CODES or status >= 500:
             return "transient"
     return None
+
+
+DELTA_DATABASE_SUFFIX = "_delta"
+
+
+class EntryTaken(UserActionRequired):
+    """A Glue table of the name the destination registers exists and is not of its format (another table's)."""
 
 
 def glue_keeps(ch: str) -> bool:
@@ -94,8 +109,38 @@ class GlueCatalog:
             try:
                 client.create_table(DatabaseName=namespace, TableInput=self._input(name, location, None, table))
             except client.exceptions.AlreadyExistsException:  # registered meanwhile: the caller reads it again
-                pass
+                self._check_kind(namespace, name, "ICEBERG")
         self._call(register)
+
+    def _check_kind(self, namespace: str, name: str, kind: str) -> None:
+        existing = self._get(namespace, name)
+        found = "" if existing is None else str((existing.get("Parameters") or {}).get("table_type", "")).upper()
+        if existing is not None and found != kind:
+            raise EntryTaken(f"the {self.described} already holds a table {namespace}.{name} of table_type "
+                             f"{found or 'none'}, not {kind}: drop or rename it, or choose another catalog")
+
+    def register_delta(self, namespace: str, name: str, folder: str) -> None:
+        """The Delta table's entry (in `<namespace>_delta`), unless it is there."""
+        client = self._client
+        database = namespace + DELTA_DATABASE_SUFFIX
+        entry = {"Name": name, "TableType": "EXTERNAL_TABLE",
+                 "Parameters": {"table_type": "DELTA", "EXTERNAL": "TRUE", "spark.sql.sources.provider": "delta"},
+                 "StorageDescriptor": {"Location": folder, "Columns": [],
+                                       "SerdeInfo": {"Parameters": {"path": folder}}}}
+
+        def register() -> None:
+            try:
+                client.create_database(DatabaseInput={"Name": database})
+            except client.exceptions.AlreadyExistsException:
+                pass
+            try:
+                client.create_table(DatabaseName=database, TableInput=entry)
+            except client.exceptions.AlreadyExistsException:
+                self._check_kind(database, name, "DELTA")
+        self._call(register)
+
+    def drop_delta(self, namespace: str, name: str) -> None:
+        self._drop(namespace + DELTA_DATABASE_SUFFIX, name)
 
     def advance(self, namespace: str, name: str, location: str, previous: str, table: TableDef) -> bool:
         client = self._client
@@ -113,11 +158,14 @@ class GlueCatalog:
         return bool(self._call(swap))
 
     def drop(self, namespace: str, name: str) -> None:
+        self._drop(namespace, name)
+
+    def _drop(self, database: str, name: str) -> None:
         client = self._client
 
         def drop() -> None:
             try:
-                client.delete_table(DatabaseName=namespace, Name=name)
+                client.delete_table(DatabaseName=database, Name=name)
             except client.exceptions.EntityNotFoundException:
                 pass
         self._call(drop)

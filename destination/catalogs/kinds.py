@@ -6,11 +6,13 @@ from dataclasses import replace
 from destination.catalogs.catalog_settings import GLUE, SQL, CatalogSettings
 from destination.catalogs.follow import Registry
 from destination.shared.errors import UserActionRequired
-from destination.shared.on_disk.options import FORMATS_FIELD, ICEBERG, StoreOptions
+from destination.shared.on_disk.options import DELTA, FORMATS_FIELD, ICEBERG, StoreOptions
 from destination.store.table_store import FollowCommit
 
 
-def open_registry(settings: CatalogSettings) -> Registry:
+def open_registry(settings: CatalogSettings, formats: tuple[str, ...] = ()) -> Registry:
+    """`formats`: the table formats followed; with Delta Lake among them a catalog that registers Delta tables
+    (Glue) registers them too."""
     if settings.kind == SQL:
         from destination.catalogs.sql import SqlCatalog, sql_keeps
 
@@ -18,7 +20,8 @@ def open_registry(settings: CatalogSettings) -> Registry:
     if settings.kind == GLUE:
         from destination.catalogs.glue import GlueCatalog, glue_keeps
 
-        return Registry(GlueCatalog(settings), glue_keeps)
+        glue = GlueCatalog(settings)
+        return Registry(glue, glue_keeps, glue if DELTA in formats else None)
     raise ValueError(f"no catalog of kind {settings.kind!r}")
 
 
@@ -44,4 +47,4 @@ def follow_hook(formats: tuple[str, ...], settings: CatalogSettings) -> FollowCo
         return hook
     from destination.catalogs.follow import FollowCatalog
 
-    return FollowCatalog(hook, open_registry(settings))
+    return FollowCatalog(hook, open_registry(settings, formats))

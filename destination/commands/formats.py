@@ -19,7 +19,7 @@ def formats_command(storage: Storage, name: str | None, formats: tuple[str, ...]
     """`catalog`: also register each table there, or move its entry to the latest version (a catalog added
     later, or an entry left behind by an outage)."""
     store = TableStore(storage)
-    registry = open_registry(catalog) if catalog is not None else None
+    registry = open_registry(catalog, formats) if catalog is not None else None
     if registry is not None and ICEBERG not in formats:
         print("error: --catalog registers the Iceberg tables: --formats must include iceberg")
         return 2
@@ -46,6 +46,8 @@ def formats_command(storage: Storage, name: str | None, formats: tuple[str, ...]
                 print(f"{schema}.{table}: {fmt.name} at version {latest.version} ({done} version(s) written)")
             if registry is not None:
                 named = point_entry(registry, storage, prefix, schema, latest.table)
+                if registry.delta is not None:  # a table registered before Delta Lake was followed
+                    registry.delta.register_delta(*registry.names(schema, table), storage.url(prefix))
                 print(f"{schema}.{table}: {registry.catalog.described} entry at version {named}")
         except DestinationError as exc:
             print(f"{schema}.{table}: error: {exc}")
