@@ -56,18 +56,72 @@ def test_the_command_reference_lists_every_command_of_the_program() -> None:
 
 
 def _links(doc: Path) -> list[str]:
-    return [target for target in re.findall(r"\]\(([^)\s]+)\)", _text(doc))
-            if not re.match(r"[a-z]+:", target) and not target.startswith("#")]
+    return [target for target in re.findall(r"\]\(([^)\s]+)\)", _text(doc)) if not re.match(r"[a-z]+:", target)]
 
 
-def test_every_relative_link_exists() -> None:
+def anchors(doc: Path) -> set[str]:
+    """The #anchors GitHub gives the page's headings (outside code blocks): lower case, punctuation dropped, spaces
+    as hyphens, a repeated heading numbered `-1`, `-2`, …"""
+    text = re.sub(r"^```.*?^```", "", _text(doc), flags=re.MULTILINE | re.DOTALL)
+    found: set[str] = set()
+    for heading in re.findall(r"^#{1,6} +(.+?) *$", text, re.MULTILINE):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        numbered, n = slug, 0
+        while numbered in found:
+            n += 1
+            numbered = f"{slug}-{n}"
+        found.add(numbered)
+    return found
+
+
+def test_the_anchors_are_githubs() -> None:
+    page = ROOT / "docs" / "guide" / "operating.md"
+    assert {"tuning-environment-of-serve", "metrics-and-the-status-page"} <= anchors(page)
+
+
+def test_every_relative_link_exists_with_its_heading() -> None:
+    """`[x](page.md)` names a file or folder of the repository; `[x](page.md#heading)` and `[x](#heading)` a heading
+    on that page."""
     checked = 0
     for doc in DOCS:
         for target in _links(doc):
-            path = (doc.parent / target.split("#")[0]).resolve()
+            name, _, anchor = target.partition("#")
+            path = (doc.parent / name).resolve() if name else doc
             assert path.exists(), f"{doc.relative_to(ROOT)} links to {target}, which does not exist"
+            if anchor:
+                assert anchor in anchors(path), \
+                    f"{doc.relative_to(ROOT)} links to {target}: {path.relative_to(ROOT)} has no such heading"
             checked += 1
     assert checked > 0
+
+
+PATH_IN_DOCS = re.compile(r"(?<![\w./~-])((?:\.venv/bin|scripts|docker|\.ci|bench|tests|destination|spark_jobs|protos|docs)"
+                          r"/[\w.*/-]*[\w/])")
+
+
+def test_every_command_script_and_path_the_docs_name_exists() -> None:
+    """`scripts/serve`, `.venv/bin/records-destination`, `docker/entrypoint.sh`, `destination/records_formats/`, a
+    glob such as `destination/protocol/*_pb2*.py`, and each `python -m bench.layouts`: all are in the checkout."""
+    checked = 0
+    for doc in DOCS:
+        text = _text(doc)
+        for named in PATH_IN_DOCS.findall(text):
+            assert (ROOT / named).exists() or any(ROOT.glob(named)), \
+                f"{doc.relative_to(ROOT)} names {named}, which does not exist"
+            checked += 1
+        for module in re.findall(r"python -m ([a-z_][\w.]*)", text):
+            if module.split(".")[0] in ("bench", "destination", "spark_jobs", "tests"):
+                path = ROOT / module.replace(".", "/")
+                assert path.with_suffix(".py").exists() or (path / "__main__.py").exists(), \
+                    f"{doc.relative_to(ROOT)} runs `python -m {module}`, which does not exist"
+                checked += 1
+    assert checked > 0
+
+
+def test_the_readme_is_short() -> None:
+    """The README is the quick start, a walkthrough and links; the rest lives in docs/."""
+    size = len((ROOT / "README.md").read_bytes())
+    assert size < 12_000, f"README.md is {size:,} bytes: move detail to a page under docs/"
 
 
 def test_every_python_path_the_docs_name_exists() -> None:
