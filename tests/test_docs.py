@@ -55,6 +55,17 @@ def test_the_command_reference_lists_every_command_of_the_program() -> None:
     assert not missing, f"docs/reference/cli.md has no usage line for: {sorted(missing)}"
 
 
+
+@pytest.mark.parametrize("command", sorted(_cli_commands()))
+def test_the_command_reference_names_every_option(command: str) -> None:
+    """Each option the command's own --help lists (the oracle) appears in docs/reference/cli.md."""
+    shown = subprocess.run([str(BIN), command, "--help"], capture_output=True, text=True, check=True).stdout
+    options = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", shown)) - {"--help"}
+    assert options, shown
+    documented = _text(CLI_REFERENCE)
+    missing = sorted(o for o in options if not re.search(rf"{o}(?![a-z0-9-])", documented))
+    assert not missing, f"docs/reference/cli.md does not name `{command}`'s options {missing}"
+
 def _links(doc: Path) -> list[str]:
     return [target for target in re.findall(r"\]\(([^)\s]+)\)", _text(doc)) if not re.match(r"[a-z]+:", target)]
 
