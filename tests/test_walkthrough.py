@@ -66,6 +66,11 @@ def _port_free(port: int) -> bool:
 @pytest.fixture
 def checkout(tmp_path: Path) -> Path:
     """A copy of the working tree (with its generated gRPC stubs) and its installed `.venv`, beside `shared`."""
+    installed = subprocess.run(["bash", "-c", "cat pyproject.toml setup.py protos/*.proto | sha256sum | cut -d' ' -f1"],
+                               cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    stamp = ROOT / ".venv" / ".records-destination-installed"  # scripts/bootstrap's record of what it installed
+    if not stamp.exists() or stamp.read_text().split(" ", 1)[0] != installed:
+        pytest.fail("run scripts/bootstrap first: the copy shares .venv, and its scripts/serve must not reinstall it")
     copy = tmp_path / "records-destination"
     copy.mkdir()
     for item in ROOT.iterdir():
@@ -94,6 +99,7 @@ def served(checkout: Path, tmp_path: Path) -> Iterator[tuple[Path, ServerProcess
     server = ServerProcess(process, f"127.0.0.1:{GRPC_PORT}", log)
     try:
         wait_for(lambda: server.health() == SERVING, "the walkthrough's server SERVING", server)
+        wait_for(lambda: "health: SERVING" in log.read_text(), "the log line the walkthrough waits for", server)
         yield checkout, server
     finally:
         if process.poll() is None:
@@ -128,13 +134,16 @@ def test_the_readme_walkthrough_runs_as_written(served: tuple[Path, ServerProces
 
     expected = upserted_rows(input_file, table)
     listed = _run(tables, checkout)
-    row = re.search(rf"^tester\s+{table}\s+(\d+)\s+(\d+)\s", listed, re.MULTILINE)
+    row = re.search(rf"^tester\s+{table}\s+(\d+)\s+(\d+)\s+(\d+)\s*$", listed, re.MULTILINE)
     assert row and row.group(2) == str(expected), listed
-    assert f"schema `tester`, table `{table}`, at version {row.group(1)}" in section  # the text says what it shows
+    version, rows, files = row.groups()
+    said = re.sub(r"\s+", " ", section)  # the text says what the command shows
+    assert f"schema `tester`, table `{table}`, at version {version}" in said
+    assert f"{rows} rows in {files} file" in said
 
     counted = re.findall(r"│\s*(\d+)\s*│", _run(query, checkout))
     assert counted == [str(expected)], f"DuckDB's count {counted}, the input file upserts {expected} rows"
-    assert f"the {expected} rows" in section  # the text says the count the query shows
+    assert f"the {expected} rows" in re.sub(r"\s+", " ", section)  # the text says the count the query shows
 
     url = re.search(r"<(http://localhost:\d+/)>", section)
     assert url, "the walkthrough names no status page URL"
