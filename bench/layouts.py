@@ -1,4 +1,4 @@
-"""`python -m bench.layouts`: the two version layouts side by side (README "Layouts and retention").
+"""`python -m bench.layouts`: the two version layouts side by side (docs/reference/on-disk-format.md "Layouts and retention").
 
 For each layout, a fresh table on the chosen backend (S3: SeaweedFS on loopback, as the tests start it; local: a
 temporary directory) gets an initial load of `--rows` rows and then `--syncs` clustered syncs through a real gRPC

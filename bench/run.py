@@ -375,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="record py-spy flame graphs of the server")
     parser.add_argument("--from-results", metavar="PATHS",
                         help="measure nothing: write the report again from runs' results.json files (comma-separated; "
-                             "after editing bench/notes.md); from fleet runs alone, only the report's fleet section")
+                             "the report's hand-written parts kept); from fleet runs alone, only its fleet section")
     args = parser.parse_args(argv)
     if args.from_results:
         loaded = load_results([Path(p) for p in args.from_results.split(",")])

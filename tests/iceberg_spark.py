@@ -213,7 +213,7 @@ def _untag(value: Any) -> Any:
 
 def jdbc_catalog(name: str, uri: str, warehouse: str) -> dict[str, str]:
     """Spark's settings for Iceberg's JdbcCatalog `name` over the `sql` catalog's database (its SQLAlchemy URL):
-    the configuration README's "Catalogs" gives users, plus the JDBC driver on the driver's class path."""
+    the configuration docs/guide/catalogs.md gives users, plus the JDBC driver on the driver's class path."""
     from sqlalchemy.engine import make_url
 
     url = make_url(uri)

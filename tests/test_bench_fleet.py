@@ -14,7 +14,7 @@ import pytest
 
 from bench import baselines, duck, fleet
 from bench.fleet import FleetModel, FleetShape
-from bench.report import FLEET_END, FLEET_START, fleet_targets, merge_fleet_section
+from bench.report import FLEET_END, FLEET_START, RESULTS_END, RESULTS_START, fleet_targets, merge_fleet_section, splice_results
 from bench.results import Run
 
 SHAPE = FleetShape(tables=2, rows=300, rounds=3, sync_rows=40, levels=(1, 2))
@@ -131,3 +131,23 @@ def test_fleet_targets_are_judged_from_the_figures_and_the_section_merges_into_a
     second = report.read_text()
     assert second.count(FLEET_START) == 1 and "0.64× DuckDB" not in second and "3.57× DuckDB" in second
     assert "kept" in second and second.endswith("## Analysis\n\nnotes\n")
+
+
+def test_a_report_run_rewrites_only_the_results_between_their_markers(tmp_path: Path) -> None:
+    """docs/BENCHMARKS.md holds a hand-written manual before the results and the analysis after them: a run (and a
+    fleet run) rewrites the results alone, once, and a page without markers gets them at its end."""
+    page = f"# Benchmarks\n\nmanual\n\n{RESULTS_START}\nold results\n{RESULTS_END}\n\n## Analysis\n\nnotes\n"
+    once = splice_results(page, ["new results"])
+    assert once == f"# Benchmarks\n\nmanual\n\n{RESULTS_START}\nnew results\n{RESULTS_END}\n\n## Analysis\n\nnotes\n"
+    assert splice_results(once, ["newer"]).count(RESULTS_START) == 1 and "new results" not in splice_results(once, ["newer"])
+    assert splice_results("", ["r"]) == f"# Benchmarks\n\n{RESULTS_START}\nr\n{RESULTS_END}\n"
+    assert splice_results("# B\n\nhand\n", ["r"]) == f"# B\n\nhand\n\n{RESULTS_START}\nr\n{RESULTS_END}\n"
+    shape = {"tables": 1, "rows": 10, "rounds": 1, "sync_rows": 5, "levels": [1]}
+    run = Run([0], fleet={"local": {"shape": shape, "levels": [_level(1, 0.1, 0.1, 10.0)],
+                                    "duckdb": {"p50": 0.2}, "floor": {"p50": 0.01}}})
+    report = tmp_path / "BENCHMARKS.md"
+    report.write_text(once)
+    merge_fleet_section(run, report)
+    text = report.read_text()
+    assert text.index("new results") < text.index(FLEET_START) < text.index(FLEET_END) < text.index(RESULTS_END)
+    assert text.startswith("# Benchmarks\n\nmanual\n\n") and text.endswith(f"{RESULTS_END}\n\n## Analysis\n\nnotes\n")

@@ -1,6 +1,6 @@
 """CSV byte integrity: every value arrives byte for byte whatever the reader's buffer boundaries (issue 15 §1), and
 the bytes a library could alter silently (BOM, NUL, lone CR, U+2028/U+2029, invalid UTF-8) are kept or refused or
-NULLed with a change record, as README's table says. Plus guards on the pyarrow behaviour the reader relies on."""
+NULLed with a change record, as the table in docs/reference/types.md "Bytes of text values" says. Plus guards on the pyarrow behaviour the reader relies on."""
 from __future__ import annotations
 
 import io

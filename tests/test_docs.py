@@ -1,5 +1,5 @@
 """README, CONTRIBUTING and docs/ stay true to the code: every `records-destination` command they name exists (its
-`--help` runs), every command the CLI has is in README's command list, every relative link and every `.py` path
+`--help` runs), every command the CLI has is in the command reference's list, every relative link and every `.py` path
 they name exists, and every class-like name they quote in backticks is defined somewhere in the code."""
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent / "records-destination"
-DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").rglob("*.md"))]
+CLI_REFERENCE = ROOT / "docs" / "reference" / "cli.md"
 CODE_FOLDERS = ("destination", "spark_jobs", "tests", "bench", "scripts", "testbed")
 
 
@@ -46,26 +47,92 @@ def test_every_command_the_docs_name_runs_with_help(command: str) -> None:
     assert "usage: records-destination " + command in done.stdout
 
 
-def test_readme_lists_every_command_of_the_program() -> None:
-    """Each command has a usage line (`.venv/bin/records-destination COMMAND …` at the start of a line)."""
-    listed = set(re.findall(r"^\S*records-destination ([a-z][a-z-]*)", _text(ROOT / "README.md"), re.MULTILINE))
+def test_the_command_reference_lists_every_command_of_the_program() -> None:
+    """Each command has a usage line (`.venv/bin/records-destination COMMAND …` at the start of a line) in
+    docs/reference/cli.md."""
+    listed = set(re.findall(r"^\S*records-destination ([a-z][a-z-]*)", _text(CLI_REFERENCE), re.MULTILINE))
     missing = _cli_commands() - listed
-    assert not missing, f"README has no usage line for: {sorted(missing)}"
+    assert not missing, f"docs/reference/cli.md has no usage line for: {sorted(missing)}"
 
+
+
+@pytest.mark.parametrize("command", sorted(_cli_commands()))
+def test_the_command_reference_names_every_option(command: str) -> None:
+    """Each option the command's own --help lists (the oracle) appears in docs/reference/cli.md."""
+    shown = subprocess.run([str(BIN), command, "--help"], capture_output=True, text=True, check=True).stdout
+    options = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", shown)) - {"--help"}
+    assert options, shown
+    documented = _text(CLI_REFERENCE)
+    missing = sorted(o for o in options if not re.search(rf"{o}(?![a-z0-9-])", documented))
+    assert not missing, f"docs/reference/cli.md does not name `{command}`'s options {missing}"
 
 def _links(doc: Path) -> list[str]:
-    return [target for target in re.findall(r"\]\(([^)\s]+)\)", _text(doc))
-            if not re.match(r"[a-z]+:", target) and not target.startswith("#")]
+    return [target for target in re.findall(r"\]\(([^)\s]+)\)", _text(doc)) if not re.match(r"[a-z]+:", target)]
 
 
-def test_every_relative_link_exists() -> None:
+def anchors(doc: Path) -> set[str]:
+    """The #anchors GitHub gives the page's headings (outside code blocks): lower case, punctuation dropped, spaces
+    as hyphens, a repeated heading numbered `-1`, `-2`, …"""
+    text = re.sub(r"^```.*?^```", "", _text(doc), flags=re.MULTILINE | re.DOTALL)
+    found: set[str] = set()
+    for heading in re.findall(r"^#{1,6} +(.+?) *$", text, re.MULTILINE):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        numbered, n = slug, 0
+        while numbered in found:
+            n += 1
+            numbered = f"{slug}-{n}"
+        found.add(numbered)
+    return found
+
+
+def test_the_anchors_are_githubs() -> None:
+    page = ROOT / "docs" / "guide" / "operating.md"
+    assert {"tuning-environment-of-serve", "metrics-and-the-status-page"} <= anchors(page)
+
+
+def test_every_relative_link_exists_with_its_heading() -> None:
+    """`[x](page.md)` names a file or folder of the repository; `[x](page.md#heading)` and `[x](#heading)` a heading
+    on that page."""
     checked = 0
     for doc in DOCS:
         for target in _links(doc):
-            path = (doc.parent / target.split("#")[0]).resolve()
+            name, _, anchor = target.partition("#")
+            path = (doc.parent / name).resolve() if name else doc
             assert path.exists(), f"{doc.relative_to(ROOT)} links to {target}, which does not exist"
+            if anchor:
+                assert anchor in anchors(path), \
+                    f"{doc.relative_to(ROOT)} links to {target}: {path.relative_to(ROOT)} has no such heading"
             checked += 1
     assert checked > 0
+
+
+PATH_IN_DOCS = re.compile(r"(?<![\w./~-])((?:\.venv/bin|scripts|docker|\.ci|bench|tests|destination|spark_jobs|protos|docs)"
+                          r"/[\w.*/-]*[\w/])")
+
+
+def test_every_command_script_and_path_the_docs_name_exists() -> None:
+    """`scripts/serve`, `.venv/bin/records-destination`, `docker/entrypoint.sh`, `destination/records_formats/`, a
+    glob such as `destination/protocol/*_pb2*.py`, and each `python -m bench.layouts`: all are in the checkout."""
+    checked = 0
+    for doc in DOCS:
+        text = _text(doc)
+        for named in PATH_IN_DOCS.findall(text):
+            assert (ROOT / named).exists() or any(ROOT.glob(named)), \
+                f"{doc.relative_to(ROOT)} names {named}, which does not exist"
+            checked += 1
+        for module in re.findall(r"python -m ([a-z_][\w.]*)", text):
+            if module.split(".")[0] in ("bench", "destination", "spark_jobs", "tests"):
+                path = ROOT / module.replace(".", "/")
+                assert path.with_suffix(".py").exists() or (path / "__main__.py").exists(), \
+                    f"{doc.relative_to(ROOT)} runs `python -m {module}`, which does not exist"
+                checked += 1
+    assert checked > 0
+
+
+def test_the_readme_is_short() -> None:
+    """The README is the quick start, a walkthrough and links; the rest lives in docs/."""
+    size = len((ROOT / "README.md").read_bytes())
+    assert size < 12_000, f"README.md is {size:,} bytes: move detail to a page under docs/"
 
 
 def test_every_python_path_the_docs_name_exists() -> None:

@@ -37,7 +37,7 @@ def test_every_tester_table_reads_back_in_spark_with_iceberg_java(grpc_server, t
     """Each public tester input into a root of its own, its files written in Spark tasks, every data file carrying
     the field ids of the Iceberg schema; then one Spark session reads every table's latest snapshot and the one
     before it, compared with the records versions (read by pyarrow). A NAIVE_TIME column is not in the
-    Iceberg schema (Spark refuses a `time` field; README's type table): the table comment names it."""
+    Iceberg schema (Spark refuses a `time` field; docs/reference/types.md): the table comment names it."""
     checks: list[tuple[str, Storage, TableVersion, dict[str, Any]]] = []
     for index, path in enumerate(ALL_INPUTS):
         root = tmp_path / f"root{index}"
@@ -80,7 +80,7 @@ def test_every_tester_table_is_found_through_the_sql_catalog_by_spark(  # type: 
         grpc_server, iceberg_java: Reader, catalog_uri: str, tmp_path: Path) -> None:
     """Each public tester input (plain, history, every migration) into a root of its own with the `sql` catalog on
     (one catalog name per input, one database); then one Spark session with Iceberg's JdbcCatalog under each name
-    (README's "Catalogs" configuration): SHOW TABLES lists exactly the tables the root holds (drops and renames
+    (docs/guide/catalogs.md's configuration): SHOW TABLES lists exactly the tables the root holds (drops and renames
     followed), DESCRIBE gives each table's latest columns (ALTERs followed), `SELECT *` its latest records
     version's rows and `VERSION AS OF` the previous version's."""
     settings: dict[str, str] = {}

@@ -44,7 +44,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:Iceberg scan planning with the p
 
 TESTER_INPUTS = [INPUTS / "clickhouse" / "input_all_data_types.json", INPUTS / "clickhouse" / "input_history_mode.json",
                  INPUTS / "clickhouse" / "schema_migrations_input_ddl.json", INPUTS / "fivetran_partner_sdk" / "input.json"]
-NOT_IN_FORMATS = ("NAIVE_TIME",)  # in neither format (README "Querying a table at its fixed address")
+NOT_IN_FORMATS = ("NAIVE_TIME",)  # in neither format (docs/reference/types.md "Types in Delta Lake and Iceberg")
 
 
 def records_rows(storage: Storage, version: TableVersion) -> pa.Table:

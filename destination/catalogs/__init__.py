@@ -1,4 +1,4 @@
-"""Every table registered in the user's catalog (the configuration field `catalog`; README "Catalogs").
+"""Every table registered in the user's catalog (the configuration field `catalog`; docs/guide/catalogs.md).
 
 The Iceberg metadata file of a table's latest version (destination/table_formats/iceberg.py) is registered in an
 Iceberg catalog (`sql`: Iceberg's JDBC catalog tables in a SQLAlchemy database; `glue`: AWS Glue), and the entry is

@@ -1,5 +1,5 @@
 """Where one request's time goes, from the server's own clock: the request's final log line carries it in a `phases`
-field (seconds per phase; README "Tuning", and the `request_phase_seconds` histogram).
+field (seconds per phase; docs/guide/operating.md "Logs", and the `request_phase_seconds` histogram).
 
 A request runs in `recording()`; code on its thread marks a phase with `with timed("delta"):`. Phases nest, and time
 goes to the innermost one only (Delta's change data files written inside the Delta commit count as `change_files`,

@@ -1,5 +1,6 @@
-"""The server's settings, read once when it starts: the `serve` command's options and its environment (README
-"Tuning"). The only module that reads the environment; every other module receives what it needs from here."""
+"""The server's settings, read once when it starts: the `serve` command's options and its environment
+(docs/guide/operating.md "Tuning"). The only module that reads the environment; every other module receives what it
+needs from here."""
 from __future__ import annotations
 
 import os

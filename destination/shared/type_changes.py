@@ -1,4 +1,4 @@
-"""Which AlterTable type changes keep every stored value: the one owner of the rule (README "Type changes").
+"""Which AlterTable type changes keep every stored value: the one owner of the rule (docs/reference/types.md "Type changes").
 
 WIDENINGS lists, per stored type, the types every value of it converts to and back exactly: those changes
 are applied without reading the data. DECIMAL targets need at least the integer digits of the source

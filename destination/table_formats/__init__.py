@@ -1,4 +1,4 @@
-"""Delta Lake and Iceberg metadata over a table's records versions (README "Querying a table at its fixed address").
+"""Delta Lake and Iceberg metadata over a table's records versions (docs/guide/querying.md).
 
 Every committed records version N of `<root>/<S>/<T>/` is also Delta version N (`<T>/_delta_log/`) and an Iceberg
 snapshot (`<T>/metadata/`), over the same Parquet files, each referenced where it was first written. The records

@@ -42,10 +42,12 @@ K is retained) reads it with its values.
 | NAIVE_DATETIME  | timestamp[us]         | timestamp          |                                                |
 | UTC_DATETIME    | timestamp[us, UTC]    | timestamptz        |                                                |
 | NAIVE_TIME      | time64[us]            | (left out)         | Spark refuses a table with a `time` field, and |
-|                 |                       |                    | no other type reads TIME(MICROS) bytes (README)|
+|                 |                       |                    | no other type reads TIME(MICROS) bytes         |
 | BINARY          | binary                | binary             |                                                |
 | STRING/JSON/XML | string                | string             | the Fivetran type is in the field's `doc`      |
 | (internal)      | `_destination_meta`   | string             | the destination's per-row metadata             |
+
+Why each type is what it is, reader by reader: docs/reference/types.md "Types in Delta Lake and Iceberg".
 
 Every field is optional (our Parquet columns are nullable, and Iceberg identifier fields must be required), so the
 primary key is not in `identifier-field-ids`: it is in each key field's `doc` ("STRING, primary key") and in the

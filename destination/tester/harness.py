@@ -3,7 +3,7 @@
 Per input file (destination.tester.inputs says which, in which schema): CreateTable per table → AlterTable per table →
 ops → schema_migration → DescribeTable (fivetran-protocol §1.2). Ops are grouped: all
 rows per table and kind go into one write (replace / update+soft_delete / delete files).
-Choice noted in the README: pending writes are sent before each truncate, so a truncate
+Choice noted in docs/guide/tester.md: pending writes are sent before each truncate, so a truncate
 applies to the rows before it (the operations_on_nonexistent_records files need this).
 """
 from __future__ import annotations

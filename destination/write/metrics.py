@@ -1,4 +1,4 @@
-"""Prometheus metrics of the server process (README "Metrics"), in prometheus_client's default registry, which also
+"""Prometheus metrics of the server process (docs/reference/metrics.md), in prometheus_client's default registry, which also
 holds the library's process metrics (process_resident_memory_bytes, …).
 
 Label cardinality is bounded: `rpc`, `result`, `operation`, `column_type` and `job` take a few fixed values, and

@@ -1,4 +1,4 @@
-"""Pure path builders for the on-disk layout (a public contract, documented in the README).
+"""Pure path builders for the on-disk layout (a public contract, docs/reference/on-disk-format.md).
 
     <root>/<S>/<T>/_latest                       {"version": N, "directory": "v…", "committed_at": …}
     <root>/<S>/<T>/_log/<20-digit N>.json        commit record, created if absent (the commit point)

@@ -1,5 +1,6 @@
 """How a root's tables are stored: the layout of their versions and the retention of old versions (the
-configuration fields `layout`, `retention_versions`, `retention_min_age_seconds`; README "Layouts and retention").
+configuration fields `layout`, `retention_versions`, `retention_min_age_seconds`; docs/reference/on-disk-format.md
+"Layouts and retention").
 
 - complete: every `v<N>/` holds all its data files (unchanged ones carried forward: a hard link on disk, a
   server-side copy on S3), so any reader of the directory (`spark.read.parquet(v<N>/)`, pandas) sees the table;
