@@ -1,6 +1,7 @@
-"""README, CONTRIBUTING and docs/ stay true to the code: every `records-destination` command they name exists (its
-`--help` runs), every command the CLI has is in README's command list, every relative link and every `.py` path
-they name exists, and every class-like name they quote in backticks is defined somewhere in the code."""
+"""README, CONTRIBUTING and docs/ (its design pages included) stay true to the code: every `records-destination`
+command they name exists (its `--help` runs), every command the CLI has is in README's command list, every relative
+link and every `.py` path they name exists, and every class-like name they quote in backticks is defined somewhere
+in the code."""
 from __future__ import annotations
 
 import re
@@ -12,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent / "records-destination"
-DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").rglob("*.md"))]  # design pages too
 CODE_FOLDERS = ("destination", "spark_jobs", "tests", "bench", "scripts", "testbed")
 
 
