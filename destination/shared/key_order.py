@@ -1,6 +1,6 @@
 """The order of a table's rows: by entity key (TableDef.entity_key), column by column, in each column's type.
 
-Data files hold non-overlapping, sorted key ranges (docs/ARCHITECTURE.md "Placement"). This module is the one
+Data files hold non-overlapping, sorted key ranges (docs/design/write-path.md "Placement"). This module is the one
 owner of that order: sorting rows, a file's first and last key as JSON (kept in `_files.json`), and routing keys
 to ranges. All of it uses Arrow's own sort, so the order the driver plans with is the order tasks write in.
 Strings and binary compare as bytes, numbers and times by value, NaN after every number; a NULL key part (never

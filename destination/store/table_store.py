@@ -1,6 +1,6 @@
 """The table store: load the latest committed version, and commit a new one atomically.
 
-Commit protocol (docs/ARCHITECTURE.md has the full story):
+Commit protocol (docs/design/commit-protocol.md has the full story):
 1. Load: read `_latest` (a hint), then step forward while `_log/<N+1>.json` exists.
 2. Claim: create `_log/<N+1>.claim` if absent, so that only one writer fills `v<N+1>/`.
    A claim left by a crashed writer (ours from an earlier failed attempt, a dead pid

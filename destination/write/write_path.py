@@ -484,7 +484,7 @@ class WritePath:
 
     def write_batch(self, schema: str, table_name: str, plan: BatchPlan, rpc: str = WRITE_BATCH) -> Outcome:
         """Merge one request's batch files (plain or history, by the table's mode) over the table's key ranges,
-        on one of two paths (docs/ARCHITECTURE.md "Write path"): a small request is decoded here and merged by one
+        on one of two paths (docs/design/write-path.md "WriteBatch"): a small request is decoded here and merged by one
         task per key range it touches; any other request is decoded and sorted into runs by one task per file,
         then merged by one task per key range. A table still in key-hash buckets is first placed in key ranges
         (a version of its own). A request without rows commits nothing."""
