@@ -43,7 +43,8 @@ from bench.workload import stamp
 from destination.protocol import sdk_grpc
 from destination.shared.on_disk import layout, records
 from destination.shared.settings import ServerOptions
-from destination.shared.storage.base import Storage, StorageSpec, open_storage
+from destination.shared.storage.base import Storage, StorageSpec
+from destination.shared.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from destination.table_formats.sync import FollowFormats
 

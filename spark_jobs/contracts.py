@@ -16,7 +16,8 @@ from destination.shared.changes.files import ChangeTarget
 from destination.shared.changes.metadata import KIND_ROWS, ChangeFile
 from destination.shared.conversion import FailureKey
 from destination.shared.on_disk.datafiles import DataFile
-from destination.shared.storage.base import StorageSpec, open_storage
+from destination.shared.storage.base import StorageSpec
+from destination.shared.storage.opening import open_storage
 from destination.shared.table_model import TableDef
 
 # the roles of a request's batch files, in the order their rows apply (fivetran-protocol §10.1, §10.2)

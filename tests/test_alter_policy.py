@@ -7,7 +7,7 @@ import decimal
 import pytest
 
 from destination.protocol import sdk
-from destination.shared.storage.base import open_storage
+from destination.shared.storage.opening import open_storage
 from destination.shared.table_model import ColumnDef
 from destination.shared.type_changes import is_widening
 from destination.store.table_store import TableStore

@@ -16,7 +16,8 @@ from destination.catalogs.catalog_settings import CatalogSettings
 from destination.catalogs.kinds import follow_hook
 from destination.shared.on_disk import layout
 from destination.shared.on_disk.options import TABLE_FORMATS
-from destination.shared.storage.base import Storage, open_storage
+from destination.shared.storage.base import Storage
+from destination.shared.storage.opening import open_storage
 from destination.store.table_store import Retention, TableStore
 from destination.table_formats.iceberg import file_io_properties
 from tests.conftest import spec_of

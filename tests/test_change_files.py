@@ -16,7 +16,8 @@ from destination.protocol import common, sdk
 from destination.shared.batch.reader import FileFormat
 from destination.shared.changes.change_settings import ChangeSettings
 from destination.shared.on_disk import layout
-from destination.shared.storage.base import Storage, open_storage
+from destination.shared.storage.base import Storage
+from destination.shared.storage.opening import open_storage
 from destination.shared.table_model import ColumnDef, TableDef
 from destination.store.table_store import Retention, TableStore
 from destination.write.batches import plan_batch

@@ -14,7 +14,7 @@ import pytest
 
 from destination.commands.validator import validate_directory
 from destination.shared.on_disk import layout
-from destination.shared.storage.base import open_storage
+from destination.shared.storage.opening import open_storage
 from destination.shared.table_model import DESTINATION_META, SYNCED
 from destination.store.table_store import TableStore
 from tests.change_consumer import replay

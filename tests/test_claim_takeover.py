@@ -13,7 +13,8 @@ import pytest
 from destination.commands.validator import validate_version
 from destination.shared.on_disk import layout
 from destination.shared.on_disk.locations import file_dir
-from destination.shared.storage.base import Storage, open_storage
+from destination.shared.storage.base import Storage
+from destination.shared.storage.opening import open_storage
 from destination.store.table_store import IncompleteVersion, Repair, TableStore
 from tests.conftest import spec_of
 from tests.test_table_store import SCHEMA, appender, ids

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from destination.commands.validator import validate_table
-from destination.shared.storage.base import open_storage
+from destination.shared.storage.opening import open_storage
 from destination.shared.table_model import SYNCED
 from destination.store.table_store import TableStore
 from destination.tester.harness import Harness

@@ -14,7 +14,7 @@ import pytest
 from destination.protocol import sdk
 from destination.shared.on_disk.datafiles import read_data_file
 from destination.shared.on_disk.locations import file_dir
-from destination.shared.storage.base import open_storage
+from destination.shared.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from tests.batchfiles import write_csv
 from tests.conftest import spec_of

@@ -13,7 +13,8 @@ import pytest
 
 from destination.protocol import sdk
 from destination.shared.on_disk import layout
-from destination.shared.storage.base import StorageSpec, open_storage
+from destination.shared.storage.base import StorageSpec
+from destination.shared.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING
 from tests.batchfiles import write_csv

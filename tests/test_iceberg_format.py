@@ -221,7 +221,8 @@ def test_every_fivetran_type_reads_back(storage: Storage) -> None:
 
 
 def test_commit_is_idempotent_and_a_losing_writer_leaves_nothing(tmp_path: Path) -> None:
-    from destination.shared.storage.base import StorageSpec, open_storage
+    from destination.shared.storage.base import StorageSpec
+    from destination.shared.storage.opening import open_storage
 
     storage = open_storage(StorageSpec(root=str(tmp_path / "root")))
     lake = Lake(storage)
@@ -298,7 +299,8 @@ def test_cost_stays_bounded_over_many_versions(storage: Storage) -> None:
 def test_registers_in_a_sql_catalog(tmp_path: Path) -> None:
     from pyiceberg.catalog.sql import SqlCatalog
 
-    from destination.shared.storage.base import StorageSpec, open_storage
+    from destination.shared.storage.base import StorageSpec
+    from destination.shared.storage.opening import open_storage
 
     lake = Lake(open_storage(StorageSpec(root=str(tmp_path / "root"))))
     lake.commit(1, BASE, [lake.write(1, BASE, _rows(range(0, 4)))])
@@ -313,7 +315,8 @@ def test_registers_in_a_sql_catalog(tmp_path: Path) -> None:
 def test_a_zero_row_file_is_committed_without_warnings(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """An empty table is one zero-row data file, whose footer holds no statistics: no warning per column (pyiceberg
     logs one for every column whose statistics are missing), and the snapshot reads back empty."""
-    from destination.shared.storage.base import StorageSpec, open_storage
+    from destination.shared.storage.base import StorageSpec
+    from destination.shared.storage.opening import open_storage
 
     lake = Lake(open_storage(StorageSpec(root=str(tmp_path))))
     empty = lake.write(1, BASE, _rows(range(0)))

@@ -14,7 +14,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from destination.shared.storage.base import Storage, StorageSpec, open_storage
+from destination.shared.storage.base import Storage, StorageSpec
+from destination.shared.storage.opening import open_storage
 from destination.shared.table_model import DESTINATION_META, ColumnDef
 from destination.store.table_store import TableStore, TableVersion
 from destination.tester.harness import Harness

@@ -17,7 +17,8 @@ from destination.shared.on_disk import layout, records
 from destination.shared.on_disk.datafiles import align, read_data_file, write_data_file
 from destination.shared.on_disk.locations import file_dir
 from destination.shared.on_disk.options import COMPLETE, REFERENCING, Retention, StoreOptions, store_options
-from destination.shared.storage.base import Storage, StorageSpec, open_storage
+from destination.shared.storage.base import Storage, StorageSpec
+from destination.shared.storage.opening import open_storage
 from destination.store import table_store as store_module
 from destination.store.table_store import PendingVersion, TableStore, TableVersion, VersionTarget
 from destination.write.copy_job import SparkCopies

@@ -7,7 +7,7 @@ import pytest
 
 from destination.protocol import sdk
 from destination.shared.on_disk import layout
-from destination.shared.storage.base import open_storage
+from destination.shared.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from tests.conftest import s3_configuration, spec_of
 from tests.rpc_helpers import describe, rows_of, table

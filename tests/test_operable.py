@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from destination.protocol import common, sdk, sdk_grpc
 from destination.rpc.server import start_status
 from destination.rpc.service import DestinationService
-from destination.shared.storage.base import open_storage
+from destination.shared.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from destination.tester.display import CallProgress, render
 from destination.tester.harness import Harness

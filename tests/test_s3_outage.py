@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from destination.protocol import sdk
-from destination.shared.storage.base import open_storage
+from destination.shared.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING
 from tests.batchfiles import write_csv

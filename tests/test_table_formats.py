@@ -21,7 +21,8 @@ from destination.shared.on_disk import layout, records
 from destination.shared.on_disk.datafiles import align, read_data_file, write_data_file
 from destination.shared.on_disk.locations import file_dir
 from destination.shared.on_disk.options import COMPLETE, TABLE_FORMATS
-from destination.shared.storage.base import Storage, StorageSpec, open_storage
+from destination.shared.storage.base import Storage, StorageSpec
+from destination.shared.storage.opening import open_storage
 from destination.shared.table_model import DESTINATION_META, ColumnDef, TableDef
 from destination.store.table_store import PendingVersion, Retention, TableStore, TableVersion, VersionTarget
 from destination.table_formats.iceberg import NAME_MAPPING

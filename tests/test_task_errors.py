@@ -12,7 +12,8 @@ import pytest
 from destination.protocol import sdk
 from destination.shared.errors import BadBatchFile, DestinationError, RefusedChange, StorageError, UserActionRequired
 from destination.shared.on_disk import layout
-from destination.shared.storage.base import StorageSpec, open_storage
+from destination.shared.storage.base import StorageSpec
+from destination.shared.storage.opening import open_storage
 from destination.shared.table_model import ColumnDef, TableDef
 from destination.write.runner import TaskFailed, TaskTrace, run_shuffled, run_units
 from spark_jobs.contracts import JobContext

@@ -18,7 +18,8 @@ from destination.commands.validator import validate_table
 from destination.shared.on_disk import layout, records
 from destination.shared.on_disk.datafiles import DataFile
 from destination.shared.on_disk.locations import file_dir
-from destination.shared.storage.base import Storage, open_storage
+from destination.shared.storage.base import Storage
+from destination.shared.storage.opening import open_storage
 from tests.conftest import spec_of
 from tests.rpc_helpers import table
 from tests.test_write_path import SYS, create, r, write

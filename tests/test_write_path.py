@@ -16,7 +16,7 @@ import pyarrow.csv as pacsv
 import pytest
 
 from destination.protocol import sdk
-from destination.shared.storage.base import open_storage
+from destination.shared.storage.opening import open_storage
 from destination.shared.table_model import TableDef
 from destination.store.table_store import TableStore
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING, csv_bytes, seal

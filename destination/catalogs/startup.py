@@ -18,7 +18,8 @@ from destination.catalogs.kinds import follow_hook
 from destination.shared import logs
 from destination.shared.errors import StorageError
 from destination.shared.on_disk.options import TABLE_FORMATS
-from destination.shared.storage.base import Storage, StorageSpec, open_storage
+from destination.shared.storage.base import Storage, StorageSpec
+from destination.shared.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from destination.table_formats.sync import formats_named, oldest_retained
 

@@ -15,7 +15,8 @@ from destination.shared.errors import DestinationError, UserActionRequired
 from destination.shared.on_disk.datafiles import align, read_data_file
 from destination.shared.on_disk.locations import file_dir
 from destination.shared.settings import s3_credentials, s3_retry_attempts
-from destination.shared.storage.base import Storage, StorageSpec, local_root_problem, open_storage
+from destination.shared.storage.base import Storage, StorageSpec, local_root_problem
+from destination.shared.storage.opening import open_storage
 from destination.store.table_store import TableStore
 
 

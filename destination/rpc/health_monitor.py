@@ -15,7 +15,8 @@ from grpc_health.v1 import health, health_pb2
 
 from destination.shared import logs
 from destination.shared.errors import DestinationError, scrub
-from destination.shared.storage.base import StorageSpec, open_storage
+from destination.shared.storage.base import StorageSpec
+from destination.shared.storage.opening import open_storage
 from destination.write.session import spark_problem
 
 INTERVAL_SECONDS = 5.0

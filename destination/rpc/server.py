@@ -20,7 +20,7 @@ from destination.rpc.service import DestinationService
 from destination.rpc.status_http import StatusServer
 from destination.shared import logs
 from destination.shared.settings import ServerOptions
-from destination.shared.storage.base import open_storage
+from destination.shared.storage.opening import open_storage
 from destination.store.table_store import TableStore
 
 MAX_MESSAGE = 128 * 1024 * 1024

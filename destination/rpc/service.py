@@ -47,7 +47,8 @@ from destination.shared.errors import (
 )
 from destination.shared.on_disk.options import StoreOptions, store_options
 from destination.shared.settings import ServerOptions
-from destination.shared.storage.base import StorageSpec, local_root_problem, open_storage
+from destination.shared.storage.base import StorageSpec, local_root_problem
+from destination.shared.storage.opening import open_storage
 from destination.shared.storage.s3 import transient_error
 from destination.shared.table_model import DELETED
 from destination.store.table_store import AlreadyApplied, TableLocks, TableStore

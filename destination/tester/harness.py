@@ -23,54 +23,15 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from destination.protocol import common, form_field_names, sdk, sdk_grpc
-from destination.shared.table_model import ACTIVE, DELETED, END, FIVETRAN_ID, START, SYNCED
+from destination.shared.table_model import ACTIVE, DELETED, END, START, SYNCED
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING, csv_bytes, parquet_bytes, seal
 from destination.tester.display import CallProgress
 from destination.tester.inputs import configuration_warnings
+from destination.tester.migration_requests import migration_request
+from destination.tester.tables import TesterTable
 from destination.tester.values import TMAX, instant, minus_one_ms, parse_instant, text_of
 
 MAX_MESSAGE = 128 * 1024 * 1024
-
-
-@dataclass
-class TesterTable:
-    name: str
-    columns: list[tuple[str, str, dict[str, Any]]]  # (name, TYPE, params) of user columns
-    primary_key: list[str]
-    history: bool = False
-    soft_deleted: bool = False
-
-    def proto(self) -> common.Table:
-        table = common.Table(name=self.name)
-        for name, ftype, params in self.columns:
-            col = table.columns.add(name=name, type=common.DataType.Value(ftype), primary_key=name in self.primary_key)
-            if ftype == "DECIMAL" and params:
-                col.params.decimal.precision = int(params.get("precision", 38))
-                col.params.decimal.scale = int(params.get("scale", 10))
-        table.columns.add(name=SYNCED, type=common.DataType.Value("UTC_DATETIME"))
-        if self.history:
-            table.columns.add(name=START, type=common.DataType.Value("UTC_DATETIME"), primary_key=True)
-            table.columns.add(name=END, type=common.DataType.Value("UTC_DATETIME"))
-            table.columns.add(name=ACTIVE, type=common.DataType.Value("BOOLEAN"))
-            if self.soft_deleted:
-                table.columns.add(name=DELETED, type=common.DataType.Value("BOOLEAN"))
-        else:
-            if not self.primary_key:
-                table.columns.add(name=FIVETRAN_ID, type=common.DataType.Value("STRING"), primary_key=True)
-            table.columns.add(name=DELETED, type=common.DataType.Value("BOOLEAN"))
-        return table
-
-    @property
-    def key_names(self) -> list[str]:
-        return list(self.primary_key) if self.primary_key else [FIVETRAN_ID]
-
-    @property
-    def all_columns(self) -> list[str]:
-        return [c.name for c in self.proto().columns]
-
-    @property
-    def binary_columns(self) -> set[str]:
-        return {name for name, ftype, _ in self.columns if ftype == "BINARY"}
 
 
 def table_from_input(name: str, spec: dict[str, Any]) -> TesterTable:
@@ -366,9 +327,7 @@ class Harness:
     # ---- schema migrations --------------------------------------------------------------------
 
     def migrate(self, op_name: str, spec: dict[str, Any]) -> None:
-        from destination.tester.migration_requests import migration_request
-
-        kind, request = migration_request(self, op_name, spec)
+        kind, request = migration_request(self.tables, self.schema, self.configuration, op_name, spec)
         if kind == "alter":
             self._answer("AlterTable", f"{spec.get('table')} ({op_name})", self.stub.AlterTable, request)
         elif kind == "migrate":

@@ -1,29 +1,30 @@
 """The tester's `schema_migration` operations as AlterTable or Migrate requests (fivetran-protocol §2)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from destination.protocol import common, sdk
-
-if TYPE_CHECKING:
-    from destination.tester.harness import Harness
+from destination.tester.tables import TesterTable
 
 _TYPE = common.DataType.Value
 
 
-def migration_request(h: Harness, op: str, spec: dict[str, Any]) -> tuple[str, Any]:
+def migration_request(tables: dict[str, TesterTable], schema: str, configuration: Any, op: str,
+                      spec: dict[str, Any]) -> tuple[str, Any]:
+    """The request for one `schema_migration` operation; an AlterTable also updates the tester's own table in
+    `tables` (the columns its later batches carry)."""
     table = spec.get("table") or spec.get("from_table") or ""
     if op in ("add_column", "change_column_data_type", "drop_column"):
-        t = h.tables[spec["table"]]
+        t = tables[spec["table"]]
         if op == "add_column":
             t.columns.append((spec["column"], spec["data_type"], {}))
         elif op == "change_column_data_type":
             t.columns = [(n, spec["data_type"] if n == spec["column"] else ty, p) for n, ty, p in t.columns]
         else:
             t.columns = [c for c in t.columns if c[0] != spec["column"]]
-        return "alter", sdk.AlterTableRequest(configuration=h.configuration, schema_name=h.schema, table=t.proto(),
+        return "alter", sdk.AlterTableRequest(configuration=configuration, schema_name=schema, table=t.proto(),
                                               drop_columns=op == "drop_column")
-    details = sdk.MigrationDetails(schema=h.schema, table=table)
+    details = sdk.MigrationDetails(schema=schema, table=table)
     if op == "copy_column":
         details.copy.copy_column.from_column = spec["from_column"]
         details.copy.copy_column.to_column = spec["to_column"]
@@ -63,4 +64,4 @@ def migration_request(h: Harness, op: str, spec: dict[str, Any]) -> tuple[str, A
         m.soft_deleted_column = spec.get("deleted_column", "_fivetran_deleted")
     else:
         return "unknown", None
-    return "migrate", sdk.MigrateRequest(configuration=h.configuration, details=details)
+    return "migrate", sdk.MigrateRequest(configuration=configuration, details=details)

@@ -38,7 +38,8 @@ from destination.shared.on_disk.datafiles import DataFile, align, read_data_file
 from destination.shared.on_disk.locations import file_dir
 from destination.shared.placement import TARGET_FILE_BYTES, KeySample, plan_units
 from destination.shared.settings import SMALL_REQUEST_BYTES
-from destination.shared.storage.base import StorageSpec, open_storage
+from destination.shared.storage.base import StorageSpec
+from destination.shared.storage.opening import open_storage
 from destination.shared.table_model import KEY_RANGES, ColumnDef, TableDef
 from destination.shared.type_changes import checked_columns, key_changed
 from destination.shared.type_mapping import normalize_column

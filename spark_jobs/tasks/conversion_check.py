@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from destination.shared.on_disk.datafiles import align, read_data_file
 from destination.shared.on_disk.locations import file_dir
-from destination.shared.storage.base import open_storage
+from destination.shared.storage.opening import open_storage
 from spark_jobs.alter import key_text, lost_values
 from spark_jobs.contracts import CheckConversionUnit, ConversionCheck, JobContext
 

@@ -32,7 +32,8 @@ from destination.shared.key_order import (
 from destination.shared.keys import key_tokens
 from destination.shared.on_disk.datafiles import DataFile, align, read_data_file, write_sorted_files
 from destination.shared.on_disk.locations import file_dir
-from destination.shared.storage.base import Storage, open_storage
+from destination.shared.storage.base import Storage
+from destination.shared.storage.opening import open_storage
 from destination.shared.table_model import TableDef
 from spark_jobs.contracts import DecodedCounts, FilesWritten, JobContext, RangeUnit, RunSource, SortedRun, data_rows
 from spark_jobs.history import merge_history_rows

@@ -19,7 +19,8 @@ from destination.shared.key_order import sorted_rows
 from destination.shared.on_disk.datafiles import DataFile, align, read_data_file, write_data_file
 from destination.shared.on_disk.layout import data_file_name
 from destination.shared.on_disk.locations import file_dir
-from destination.shared.storage.base import Storage, open_storage
+from destination.shared.storage.base import Storage
+from destination.shared.storage.opening import open_storage
 from destination.shared.table_model import TableDef
 from spark_jobs.alter import convert_table
 from spark_jobs.contracts import (

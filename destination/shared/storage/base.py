@@ -14,7 +14,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 import pyarrow as pa
@@ -180,24 +179,6 @@ def local_root_problem(root: str, must_exist: bool) -> str | None:
     if must_exist and not path.exists():
         return f"the root directory {root!r} does not exist"
     return None
-
-
-def open_storage(spec: StorageSpec) -> Storage:
-    if spec.is_s3:
-        return _s3_storage(spec)
-    from destination.shared.storage.local import LocalStorage
-
-    return LocalStorage(spec)
-
-
-@lru_cache(maxsize=16)
-def _s3_storage(spec: StorageSpec) -> Storage:
-    """One S3 store per spec and process. Creating a boto3 client loads its service model (~160 ms measured), and
-    every Spark task and RPC opens the store: 16 bucket tasks on 2 cores paid over a second per job. The client and
-    pyarrow's S3FileSystem are thread-safe, and the store keeps no other state."""
-    from destination.shared.storage.s3 import S3Storage
-
-    return S3Storage(spec)
 
 
 def reason(exc: OSError) -> str:
