@@ -29,7 +29,8 @@ from bench.tables import data_file_urls, stored_bytes
 from bench.workload import CLUSTERED_KINDS, STEP_MS, T0_MS, Shape, Workload, clustered_kind, clustered_name
 from destination.shared.storage.base import StorageSpec
 from destination.shared.storage.opening import open_storage
-from destination.store.table_store import TableStore, TableVersion
+from destination.store.table_store import TableStore
+from destination.store.versions import TableVersion
 
 SCHEMA = "bench"
 DEFAULT_CACHE = Path.home() / ".cache" / "records-destination-bench"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from destination.shared.on_disk.records import MANIFEST
 from destination.shared.storage.base import Storage
-from destination.store.table_store import TableVersion
+from destination.store.versions import TableVersion
 
 
 def data_file_urls(storage: Storage, version: TableVersion) -> list[str]:

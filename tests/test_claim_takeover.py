@@ -15,7 +15,8 @@ from destination.shared.on_disk import layout
 from destination.shared.on_disk.locations import file_dir
 from destination.shared.storage.base import Storage
 from destination.shared.storage.opening import open_storage
-from destination.store.table_store import IncompleteVersion, Repair, TableStore
+from destination.store.table_store import TableStore
+from destination.store.versions import IncompleteVersion, Repair
 from tests.conftest import spec_of
 from tests.test_table_store import SCHEMA, appender, ids
 

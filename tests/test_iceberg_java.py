@@ -17,7 +17,8 @@ import pyarrow.parquet as pq
 from destination.shared.storage.base import Storage, StorageSpec
 from destination.shared.storage.opening import open_storage
 from destination.shared.table_model import DESTINATION_META, ColumnDef
-from destination.store.table_store import TableStore, TableVersion
+from destination.store.table_store import TableStore
+from destination.store.versions import TableVersion
 from destination.tester.harness import Harness
 from tests.conftest import spec_of
 from tests.iceberg_spark import jdbc_catalog

@@ -19,8 +19,9 @@ from destination.shared.on_disk.locations import file_dir
 from destination.shared.on_disk.options import COMPLETE, REFERENCING, Retention, StoreOptions, store_options
 from destination.shared.storage.base import Storage, StorageSpec
 from destination.shared.storage.opening import open_storage
-from destination.store import table_store as store_module
-from destination.store.table_store import PendingVersion, TableStore, TableVersion, VersionTarget
+from destination.store import carry as carry_module
+from destination.store.table_store import TableStore
+from destination.store.versions import PendingVersion, TableVersion, VersionTarget
 from destination.write.copy_job import SparkCopies
 from tests.conftest import s3_configuration, spec_of
 from tests.rpc_helpers import rows_of, table
@@ -175,7 +176,7 @@ class CountingCopies(SparkCopies):
 
 
 def test_a_large_complete_carry_forward_on_s3_is_a_spark_job(spark, s3_server, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setattr(store_module, "FAN_OUT_COPIES", 4)
+    monkeypatch.setattr(carry_module, "FAN_OUT_COPIES", 4)
     storage = open_storage(spec_of(s3_configuration(s3_server, f"fan-out-{uuid.uuid4().hex[:8]}")))
     copies = CountingCopies(spark)
     store = TableStore(storage, layout=COMPLETE, copies=copies)
@@ -186,7 +187,7 @@ def test_a_large_complete_carry_forward_on_s3_is_a_spark_job(spark, s3_server, m
     assert ids(store, v2) == sorted([i * 10 + k for i in range(5) for k in range(2)] + [100, 101])
     assert validate_version(storage, v2.directory) == []
     small = TableStore(storage, layout=COMPLETE, copies=copies)
-    monkeypatch.setattr(store_module, "FAN_OUT_COPIES", 100)
+    monkeypatch.setattr(carry_module, "FAN_OUT_COPIES", 100)
     small.write(SCHEMA, NAME, change(storage, [(200, 2)]))
     assert copies.calls == [5], "a carry-forward below the threshold stays in the driver's thread pool"
 

@@ -24,7 +24,8 @@ from destination.shared.on_disk.options import COMPLETE, TABLE_FORMATS
 from destination.shared.storage.base import Storage, StorageSpec
 from destination.shared.storage.opening import open_storage
 from destination.shared.table_model import DESTINATION_META, ColumnDef, TableDef
-from destination.store.table_store import PendingVersion, Retention, TableStore, TableVersion, VersionTarget
+from destination.store.table_store import Retention, TableStore
+from destination.store.versions import PendingVersion, TableVersion, VersionTarget
 from destination.table_formats.iceberg import NAME_MAPPING
 from destination.table_formats.sync import FollowFormats, formats_named
 from tests.conftest import spec_of

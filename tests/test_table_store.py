@@ -13,7 +13,8 @@ from destination.shared.on_disk.datafiles import align, read_data_file, write_da
 from destination.shared.on_disk.locations import file_dir
 from destination.shared.storage.base import Storage
 from destination.shared.table_model import ColumnDef, TableDef
-from destination.store.table_store import PendingVersion, Retention, TableStore, TableVersion, VersionTarget
+from destination.store.table_store import Retention, TableStore
+from destination.store.versions import PendingVersion, TableVersion, VersionTarget
 
 TABLE = TableDef("events", (ColumnDef("id", "LONG", True), ColumnDef("v", "STRING"),
                             ColumnDef("_fivetran_synced", "UTC_DATETIME")))
@@ -152,8 +153,8 @@ def test_a_leftover_claimed_version_is_cleared_by_the_next_writer(storage: Stora
 
 
 def test_a_busy_table_lock_taken_with_a_timeout_is_a_commit_conflict() -> None:
+    from destination.rpc.table_locks import TableLocks
     from destination.shared.errors import CommitConflict
-    from destination.store.table_store import TableLocks
 
     locks = TableLocks()
     with locks.hold("root", "s", "target"):

@@ -311,7 +311,7 @@ def _legacy_table(configuration, t, rows_per_bucket):  # type: ignore[no-untyped
     from destination.shared.on_disk import records
     from destination.shared.on_disk.datafiles import align, write_data_file
     from destination.shared.table_model import HASH_BUCKETS
-    from destination.store.table_store import PendingVersion
+    from destination.store.versions import PendingVersion
 
     store = TableStore(open_storage(spec_of(configuration)))
     table_def = table_from_proto(t)

@@ -17,7 +17,8 @@ from destination.catalogs.base import Catalog, DeltaEntries, catalog_name
 from destination.shared import logs, phases
 from destination.shared.storage.base import Storage
 from destination.shared.table_model import TableDef
-from destination.store.table_store import FollowCommit, TableStore, TableVersion
+from destination.store.table_store import TableStore
+from destination.store.versions import FollowCommit, TableVersion
 from destination.table_formats.iceberg import METADATA, IcebergFormat
 
 KEEP_ALL = 1  # the oldest version the formats are told to keep while the entry's version is unknown: every one

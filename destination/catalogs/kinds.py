@@ -7,7 +7,7 @@ from destination.catalogs.catalog_settings import GLUE, SQL, CatalogSettings
 from destination.catalogs.follow import Registry
 from destination.shared.errors import UserActionRequired
 from destination.shared.on_disk.options import DELTA, FORMATS_FIELD, ICEBERG, StoreOptions
-from destination.store.table_store import FollowCommit
+from destination.store.versions import FollowCommit
 
 
 def open_registry(settings: CatalogSettings, formats: tuple[str, ...] = ()) -> Registry:

@@ -15,7 +15,8 @@ from typing import Any
 
 from destination.shared import logs
 from destination.shared.errors import scrub
-from destination.store.table_store import CommitEvent, TableStore, TableVersion
+from destination.store.table_store import TableStore
+from destination.store.versions import CommitEvent, TableVersion
 from destination.write.progress import Progress
 
 RECENT_REQUESTS = 200

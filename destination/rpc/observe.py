@@ -13,7 +13,7 @@ from destination.rpc.activity import Activity, RequestRecord
 from destination.shared import logs
 from destination.shared.settings import ServerOptions
 from destination.shared.table_model import TableDef
-from destination.store.table_store import CommitEvent
+from destination.store.versions import CommitEvent
 from destination.write import metrics
 from destination.write.batches import BatchPlan
 from destination.write.progress import ProgressReporter, RequestWork, tracked

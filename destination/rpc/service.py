@@ -33,6 +33,7 @@ from destination.rpc.configuration import (
 )
 from destination.rpc.observe import Observer, result_of
 from destination.rpc.proto_convert import file_format, table_from_proto, table_to_proto
+from destination.rpc.table_locks import TableLocks
 from destination.shared import logs, phases
 from destination.shared.changes.change_settings import change_settings
 from destination.shared.conversion import failure_summary
@@ -51,7 +52,8 @@ from destination.shared.storage.base import StorageSpec, local_root_problem
 from destination.shared.storage.opening import open_storage
 from destination.shared.storage.s3 import transient_error
 from destination.shared.table_model import DELETED
-from destination.store.table_store import AlreadyApplied, TableLocks, TableStore
+from destination.store.table_store import TableStore
+from destination.store.versions import AlreadyApplied
 from destination.write import metrics
 from destination.write.batches import WRITE_BATCH, WRITE_HISTORY_BATCH, check_mode, files_format, plan_batch
 from destination.write.copy_job import SparkCopies

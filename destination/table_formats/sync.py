@@ -30,13 +30,14 @@ from destination.shared.on_disk.records import FILES_JSON
 from destination.shared.storage.base import Storage
 from destination.shared.table_model import DESTINATION_META
 from destination.shared.type_mapping import arrow_schema
-from destination.store.table_store import IncompleteVersion, TableStore, TableVersion
+from destination.store.table_store import TableStore
+from destination.store.versions import IncompleteVersion, TableVersion
 from destination.table_formats.delta import CHANGE_DATA
 from destination.table_formats.version import DELTA, ICEBERG, ChangeDataFile, LakeFile, LakeVersion, TableFormat
 
 
 class FollowFormats:
-    """The store's `follow` hook for the configured formats (destination/store/table_store.py `FollowCommit`)."""
+    """The store's `follow` hook for the configured formats (destination/store/versions.py `FollowCommit`)."""
 
     def __init__(self, formats: Sequence[TableFormat]) -> None:
         self.formats = tuple(formats)

@@ -21,7 +21,7 @@ from typing import BinaryIO
 from destination.shared.batch.reader import FileFormat
 from destination.shared.errors import BadBatchFile, TableNotFound, UserActionRequired
 from destination.shared.table_model import TableDef
-from destination.store.table_store import TableVersion
+from destination.store.versions import TableVersion
 from spark_jobs.contracts import FILE_KINDS, BatchFileRef
 
 READ_SIZE = 1 << 20

@@ -17,7 +17,7 @@ from destination.shared.errors import BadRequest, TableNotFound, UserActionRequi
 from destination.shared.on_disk.datafiles import DataFile
 from destination.shared.table_model import ACTIVE, END, START, SYNCED, ColumnDef, TableDef
 from destination.shared.type_mapping import normalize_column
-from destination.store.table_store import TableVersion
+from destination.store.versions import TableVersion
 from destination.write.write_path import WritePath
 from spark_jobs.contracts import HistoryRewriteUnit, LatestVersionsUnit, ToHistoryStep, VersionAtStep
 from spark_jobs.tasks.per_file import history_rewrite_task, latest_versions_task

@@ -16,7 +16,7 @@ from destination.shared.on_disk.layout import data_file_name
 from destination.shared.on_disk.locations import file_path
 from destination.shared.table_model import DELETED, ColumnDef, TableDef
 from destination.shared.type_mapping import normalize_column
-from destination.store.table_store import PendingVersion, TableVersion, VersionTarget
+from destination.store.versions import PendingVersion, TableVersion, VersionTarget
 from destination.write import history_migrations as history
 from destination.write.write_path import WritePath
 

@@ -43,7 +43,8 @@ from destination.shared.storage.opening import open_storage
 from destination.shared.table_model import KEY_RANGES, ColumnDef, TableDef
 from destination.shared.type_changes import checked_columns, key_changed
 from destination.shared.type_mapping import normalize_column
-from destination.store.table_store import PendingVersion, RequestIdentity, TableStore, TableVersion, VersionTarget
+from destination.store.table_store import TableStore
+from destination.store.versions import PendingVersion, RequestIdentity, TableVersion, VersionTarget
 from destination.write.batches import WRITE_BATCH, WRITE_HISTORY_BATCH, BatchPlan
 from destination.write.runner import run_units
 from spark_jobs.alter import colliding_keys, convert_table, key_text

@@ -1,0 +1,293 @@
+"""Committing a table's next version atomically: the commit protocol around a writer's work.
+
+Commit protocol (docs/ARCHITECTURE.md has the full story):
+1. Load: read `_latest` (a hint), then step forward while `_log/<N+1>.json` exists.
+2. Claim: create `_log/<N+1>.claim` if absent, so that only one writer fills `v<N+1>/`.
+   A claim left by a crashed writer (ours from an earlier failed attempt, a dead pid
+   on this host, or older than the lease) is taken over by creating, if absent, the claim's
+   next generation `_log/<N+1>.claim.<k+1>` (k: the highest generation there). Of several writers
+   taking over one claim only the one that creates it holds the version, and only it clears `v<N+1>/`.
+3. The caller writes its new data files into `v<N+1>/` (Spark tasks do this).
+4. Carry unchanged files forward (complete layout: hard link / S3 server-side copy; referencing layout: list them
+   where they are), write `_schema.json`, `_schema`, `_format_parquet`, `_files.json`, `_table.json`, then
+   `_manifest` last.
+5. Commit: check that this writer still holds the highest claim generation and that every file the
+   manifests list is there, then create `_log/<N+1>.json` if absent. Only now is the version visible.
+6. Point `_latest` at it, drop the claim's generations, and apply retention (a data file goes only when no
+   retained version lists it).
+If the base moved (someone committed N+1 first, or took the claim over) the caller's work is redone on the new
+base; an attempt never clears a directory it no longer holds or that is committed. A committed version found
+incomplete anyway is skipped by readers (`load` falls back to the newest complete one), refused as a write's
+base (IncompleteVersion, a Task naming `records-destination repair`), and `repair` commits a new version
+holding the newest complete version's files.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from destination.shared import field_ids, logs, phases
+from destination.shared.changes.metadata import ChangeSet
+from destination.shared.errors import CommitConflict, StorageError, UserActionRequired, WriteAbandoned
+from destination.shared.on_disk import layout, records
+from destination.shared.on_disk.datafiles import DataFile, empty_table, write_data_file
+from destination.shared.on_disk.locations import file_path
+from destination.shared.storage.base import Storage
+from destination.store.carry import CarryForward
+from destination.store.claims import Claims
+from destination.store.loading import VersionReader
+from destination.store.retention import VersionRetention
+from destination.store.table_names import TableNames
+from destination.store.versions import (
+    SHOWN_MISSING,
+    AlreadyApplied,
+    ClaimRefused,
+    CommitEvent,
+    FaultHook,
+    IncompleteVersion,
+    LostClaim,
+    PendingVersion,
+    Repair,
+    RequestIdentity,
+    TableVersion,
+    VersionTarget,
+)
+
+CLAIM_WAIT_SECONDS = 600.0
+MAX_ATTEMPTS = 8
+RECENT_BATCHES = 20  # batch ids remembered per table to recognise a retried request
+
+Produce = Callable[[TableVersion | None, VersionTarget], PendingVersion | None]
+Follow = Callable[[str, TableVersion, int], bool]  # FollowCommit, given the store
+
+
+class Committer:
+    """Writes a table's versions through the commit protocol: claim, the caller's files, carry-forward, metadata,
+    commit record, then `_latest`, the `follow` hook (the table formats) and retention."""
+
+    def __init__(self, storage: Storage, names: TableNames, reader: VersionReader, claims: Claims,
+                 retention: VersionRetention, carry_forward: CarryForward, *, fault: FaultHook,
+                 observer: Callable[[CommitEvent], None], follow: Follow | None) -> None:
+        self.storage = storage
+        self._names = names
+        self._reader = reader
+        self._claims = claims
+        self._retention = retention
+        self._carry_forward = carry_forward
+        self._fault = fault
+        self._observer = observer
+        self._follow = follow
+
+    def write(self, schema: str, table: str,
+              produce: Produce, *, batch: RequestIdentity | None = None) -> TableVersion | None:
+        """Run `produce(base, target)` and commit what it returns as the next version.
+
+        `produce` writes its new data files into target.directory (and any change files into
+        target.changes_directory) and returns the pending version, or None when there is nothing
+        to change. It is called again on a fresh base if another writer commits first. Raises
+        AlreadyApplied for a `batch` committed before; IncompleteVersion if the latest committed version lacks files.
+        """
+        return self._write(schema, table, produce, batch, self._reader.load_version)
+
+    def repair(self, schema: str, table: str) -> Repair | None:
+        """When the latest committed version is incomplete, commit the newest complete version's files (and
+        definition) as a new version. None: the latest version is complete, nothing to do. The incomplete
+        versions' rows are not restored (their files are gone): the table needs a re-sync afterwards."""
+        latest = self._reader.latest_version_number(self._names.table_prefix(schema, table))
+        if latest == 0:
+            raise UserActionRequired(f"table {schema}.{table} has no committed version in {self.storage.spec.root}")
+        try:
+            self._reader.load_version(schema, table, latest)
+            return None
+        except IncompleteVersion:
+            pass
+        if self._reader.last_complete(schema, table, latest) is None:
+            raise UserActionRequired(f"no committed version of {schema}.{table} is complete: nothing to restore; "
+                                     f"drop the table (delete its directory) and re-sync it")
+        restored: list[int] = []
+
+        def restore(base: TableVersion | None, target: VersionTarget) -> PendingVersion:
+            assert base is not None
+            restored[:] = [base.version]
+            return PendingVersion(base.table, [], list(base.files), {
+                "kind": "repair", "restored_version": base.version,
+                "incomplete_versions": list(range(base.version + 1, target.version))})
+
+        committed = self._write(schema, table, restore, None, self._reader.last_complete)
+        assert committed is not None
+        return Repair(tuple(range(restored[0] + 1, committed.version)), restored[0], committed.version)
+
+    def _write(self, schema: str, table: str,
+               produce: Produce, batch: RequestIdentity | None,
+               load_base: Callable[[str, str, int], TableVersion | None]) -> TableVersion | None:
+        """The commit protocol around `produce`; `load_base(schema, table, n)` reads the base version."""
+        prefix = self._names.table_prefix(schema, table)
+        self._names.keep_full_names(schema, table, prefix)
+        deadline = time.monotonic() + CLAIM_WAIT_SECONDS
+        conflicts: list[CommitConflict] = []
+        while len(conflicts) < MAX_ATTEMPTS:
+            base_n = self._reader.latest_version_number(prefix)
+            target = base_n + 1
+            with phases.timed("commit"):
+                claim = self._claims.claim(prefix, target)
+            if claim is ClaimRefused.COMMITTED:  # version taken by a commit: redo on the new base
+                conflicts.append(CommitConflict(f"version {target} was committed by another writer"))
+                continue
+            if claim is ClaimRefused.BUSY:  # another live writer is preparing it
+                if time.monotonic() > deadline:
+                    raise CommitConflict(f"{prefix!r}: another writer has been preparing version {target} for too long")
+                time.sleep(0.2)
+                continue
+            try:
+                with phases.timed("load"):
+                    base = load_base(schema, table, base_n) if base_n else None
+                if batch is not None and base is not None and batch.seen_in(base.recent_batches):
+                    raise AlreadyApplied(base.version)
+                spot = VersionTarget(target, layout.version_dir(prefix, target), layout.changes_dir(prefix, target),
+                                     time.time())
+                pending = produce(base, spot)
+                if pending is None:
+                    self._abandon(prefix, target, claim)
+                    return base
+                self._fault("after_data_files")
+                with phases.timed("commit"):
+                    committed = self._commit(schema, prefix, base, target, claim, pending,
+                                             batch.value if batch is not None else None, spot.timestamp)
+            except CommitConflict as conflict:  # nothing committed: redo on a fresh base
+                self._abandon(prefix, target, claim)
+                conflicts.append(conflict)
+                continue
+            except RuntimeError as exc:  # a thread pool of the write (CSV read-ahead, ...) refused work at exit
+                self._abandon(prefix, target, claim)
+                abandoned = _abandoned_by_shutdown(exc)
+                if abandoned is None:
+                    raise
+                raise abandoned from None
+            except Exception:  # AlreadyApplied included: nothing to commit
+                self._abandon(prefix, target, claim)
+                raise
+            try:
+                with phases.timed("commit"):
+                    self._finish(prefix, committed)
+            except Exception as exc:  # a catalog fault after the commit: the version stands, reported below
+                followed: Exception | None = exc
+            else:
+                followed = None
+            carried = {f.name for f in pending.carried}
+            written = tuple(f for f in committed.files if f.name not in carried)
+            self._observer(CommitEvent(schema, table, committed, written,
+                                       sum(1 for f in base.files if f.name not in carried) if base else 0,
+                                       len(conflicts) + 1, len(conflicts)))
+            if followed is not None:
+                raise followed
+            return committed
+        self._observer(CommitEvent(schema, table, None, attempts=len(conflicts), conflicts=len(conflicts)))
+        raise CommitConflict(f"{prefix!r}: gave up after {len(conflicts)} commit conflicts (last: {conflicts[-1]})")
+
+    def _commit(self, schema: str, prefix: str, base: TableVersion | None, target: int, generation: int,
+                pending: PendingVersion, batch_id: str | None, committed_at: float) -> TableVersion:
+        s = self.storage
+        directory = layout.version_dir(prefix, target)
+        if pending.changes is not None:
+            with phases.timed("change_files"):
+                self._write_changes(prefix, target, pending.changes)
+        carried = [f for f in pending.carried if f.rows > 0]
+        if base is not None:
+            carried = self._carry_forward.carry(base, pending.table, target, carried)
+        files = [f for f in [*carried, *pending.new_files] if f.rows > 0]
+        if not files:  # an empty table is one zero-row data file (Redshift COPY needs a file)
+            files = [write_data_file(s, directory, layout.data_file_name(None), empty_table(pending.table),
+                                     pending.table, None)]
+        totals = pending.changes.totals if pending.changes is not None else dict(base.change_totals if base else {})
+        recent = (*(base.recent_batches if base else ()), *((batch_id,) if batch_id else ()))[-RECENT_BATCHES:]
+        with phases.timed("metadata"):
+            schema_doc = records.dumps(records.schema_json(pending.table))
+            s.write_bytes(f"{directory}/{records.SCHEMA_JSON}", schema_doc)
+            s.write_bytes(f"{directory}/{records.SCHEMA_LEGACY}", schema_doc)
+            s.write_bytes(f"{directory}/{records.FORMAT_FILE}", b"")
+            s.write_bytes(f"{directory}/{records.FILES_JSON}", records.dumps({"files": [f.to_json() for f in files]}))
+            s.write_bytes(f"{directory}/{records.TABLE_JSON}", records.dumps({
+                "schema": schema, "table": field_ids.assign(pending.table).to_json(), "version": target,
+                "committed_at": committed_at, "recent_batches": list(recent), "change_totals": totals}))
+            s.write_bytes(f"{directory}/{records.MANIFEST}", records.dumps(
+                records.manifest_json([(s.url(file_path(directory, f)), f.bytes) for f in files])))
+        self._fault("before_commit_record")
+        # files listed where an earlier version wrote them were checked when the base loaded, and retention keeps
+        # every file the latest version lists; only a base older than the latest (a repair) is checked again
+        on_base = base is not None and base.version == target - 1
+        self._check_before_commit(prefix, target, generation,
+                                  [f for f in files if f.stored_in is None] if on_base else files, pending.changes)
+        record = {"version": target, "directory": layout.version_dir_name(target), "committed_at": committed_at,
+                  "operation": pending.operation, "batch_id": batch_id, "writer": self._claims.writer_id,
+                  "base": base.version if base is not None else 0, "layout": self._carry_forward.layout}
+        if pending.changes is not None:
+            record["changes"] = {"directory": f"changes/{layout.version_dir_name(target)}", **pending.changes.summary}
+        if not s.create_exclusive(layout.log_path(prefix, target), records.dumps(record)):
+            raise LostClaim(f"{prefix!r}: version {target} was committed by another writer during this write")
+        self._fault("after_commit_record")
+        return TableVersion(schema=schema, version=target, table=pending.table, files=tuple(files), prefix=prefix,
+                            committed_at=committed_at, recent_batches=recent, change_totals=totals)
+
+    def _check_before_commit(self, prefix: str, target: int, generation: int, files: list[DataFile],
+                             changes: ChangeSet | None) -> None:
+        """Only the claim's holder commits, and only a version holding every file its manifests list."""
+        if not self._claims.holds(prefix, target, generation):
+            raise LostClaim(f"{prefix!r}: another writer took over version {target} while this write prepared it")
+        missing = self._reader.missing_of_version(layout.version_dir(prefix, target), files)
+        if changes is not None:
+            directory = layout.changes_dir(prefix, target)
+            missing += [f"changes/{name}" for name in self._reader.missing_files(
+                directory, [*changes.metadata, records.MANIFEST, *(name for name, _ in changes.files)])]
+        if missing:
+            raise LostClaim(f"{prefix!r}: version {target} lacks {len(missing)} of its files before its commit "
+                            f"({', '.join(missing[:SHOWN_MISSING])}); nothing was committed")
+
+    def _finish(self, prefix: str, committed: TableVersion) -> None:
+        s = self.storage
+        try:
+            s.write_bytes(layout.latest_path(prefix), records.dumps({
+                "version": committed.version, "directory": layout.version_dir_name(committed.version),
+                "committed_at": committed.committed_at}))
+            for version in (committed.version - 1, committed.version):  # the base's: a writer died after its commit
+                self._claims.drop(prefix, version)
+            follow = self._follow
+            with phases.timed("retention"):  # the formats' commits, inside it, are phases of their own
+                if follow is None:
+                    self._retention.collect_garbage(prefix, committed.version)
+                else:
+                    self._fault("before_table_formats")
+                    self._retention.collect_garbage(prefix, committed.version,
+                                                    before_retiring=lambda oldest: follow(prefix, committed, oldest))
+        except StorageError as exc:  # the commit stands; housekeeping is retried next time
+            logs.warning(f"{prefix}: version {committed.version} committed; housekeeping failed: {exc}")
+
+    def _abandon(self, prefix: str, target: int, generation: int) -> None:
+        """Undo an attempt that committed nothing. Its directory is cleared only while this writer still holds the
+        claim and `target` is not committed: after a takeover it belongs to another writer, who may commit it."""
+        try:
+            if self.storage.exists(layout.log_path(prefix, target)) or not self._claims.holds(prefix, target, generation):
+                self.storage.delete(layout.claim_path(prefix, target, generation))
+                return
+            self._claims.clear_unfinished(prefix, target)
+            self._claims.drop(prefix, target)
+        except Exception as exc:  # best effort: a leftover is cleaned up by takeover or retention
+            logs.warning(f"{prefix}: could not clean up unfinished version {target}: {exc}")
+
+    def _write_changes(self, prefix: str, target: int, changes: ChangeSet) -> None:
+        """The change directory's metadata, then its `_manifest` (last, as in every records directory)."""
+        s = self.storage
+        directory = layout.changes_dir(prefix, target)
+        for name, body in changes.metadata.items():
+            s.write_bytes(f"{directory}/{name}", body)
+        s.write_bytes(f"{directory}/{records.MANIFEST}", records.dumps(
+            records.manifest_json([(s.url(f"{directory}/{name}"), size) for name, size in changes.files])))
+
+
+def _abandoned_by_shutdown(exc: RuntimeError) -> WriteAbandoned | None:
+    """The server's grace period ran out and the interpreter is exiting: concurrent.futures takes no new work
+    (its message is the only signal: "cannot schedule new futures after [interpreter] shutdown", the second when a
+    pool's worker saw the exit first). The caller removes the uncommitted version."""
+    if "cannot schedule new futures after" not in str(exc):
+        return None
+    return WriteAbandoned("write abandoned: the server is stopping and its grace period ran out before the "
+                          "version was committed; nothing was committed, retry the request")

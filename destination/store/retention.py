@@ -1,0 +1,144 @@
+"""Retention of a table's versions (step 6 of the commit protocol, destination/store/commit.py), and the commit
+records it reads."""
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from destination.shared.on_disk import layout, records
+from destination.shared.on_disk.datafiles import DataFile
+from destination.shared.on_disk.locations import held_paths
+from destination.shared.on_disk.options import Retention
+from destination.shared.storage.base import Storage
+from destination.store.claims import Claims
+from destination.store.loading import VERSION_METADATA
+
+# retiring a version removes its metadata in this order: `_manifest` first (no reader takes it for a records
+# directory any more), `_files.json` last (its list of data files is what retention reads, so a retirement that
+# stopped half-way is redone by the next one)
+RETIRE_ORDER = (records.MANIFEST, *(m for m in records.METADATA_FILES if m != records.FILES_JSON), records.FILES_JSON)
+
+
+class VersionRetention:
+    """Applies a `Retention` policy to a table: retires old versions and deletes uncommitted leftovers (a data file
+    goes only when no retained version lists it)."""
+
+    def __init__(self, storage: Storage, retention: Retention, claims: Claims) -> None:
+        self.storage = storage
+        self.retention = retention
+        self._claims = claims
+
+    def collect_garbage(self, prefix: str, latest: int,
+                        before_retiring: Callable[[int], bool] | None = None) -> list[str]:
+        """Retire versions older than the newest `keep_versions` once superseded for `min_age_seconds` (oldest
+        first, stopping at the first one still too young), and delete uncommitted leftovers (no commit record, no
+        live claim) older than that age. A retired version loses its metadata and every data file no retained
+        version lists (in the complete layout: its whole directory); files that later versions still list stay
+        in its directory. The change directories of committed versions are kept: consumers read them at their own
+        pace. `before_retiring(oldest retained version)` runs before any version retires (always, when given);
+        False: nothing retires this time. Returns the version directories retired or deleted."""
+        now = time.time()
+        removed: list[str] = []
+        retiring: list[int] = []
+        too_young = False  # a committed version still kept: the ones after it are kept too
+        keep_from = latest - self.retention.keep_versions + 1
+        oldest_kept = max(1, keep_from)
+        for name in self.storage.list_children(prefix):
+            n = layout.parse_version_dir(name)
+            if n is None or n >= keep_from:
+                continue
+            if not self.storage.exists(layout.log_path(prefix, n)):
+                newest = max((o.mtime for o in self.storage.list_recursive(f"{prefix}/{name}")), default=0.0)
+                if now - newest >= self.retention.min_age_seconds:
+                    self.storage.delete_prefix(layout.changes_dir(prefix, n))  # committed versions keep theirs
+                    self.storage.delete_prefix(f"{prefix}/{name}")
+                    self._claims.drop(prefix, n)
+                    removed.append(name)
+                continue
+            if not too_young:
+                if self._retired(prefix, n):
+                    continue  # retired before: its directory holds only files that later versions list
+                superseded_at = self._committed_at(prefix, n + 1)
+                too_young = superseded_at is None or now - superseded_at < self.retention.min_age_seconds
+            if too_young:
+                oldest_kept = min(oldest_kept, n)
+            else:
+                retiring.append(n)
+        if retiring:
+            oldest_kept = retiring[-1] + 1
+        if before_retiring is not None and not before_retiring(oldest_kept):
+            return removed
+        if retiring:
+            listed = self._listed_by_retained(prefix, retiring[-1] + 1, latest)
+            for n in retiring:
+                self._retire(prefix, n, listed)
+                removed.append(layout.version_dir_name(n))
+        return removed
+
+    def _retired(self, prefix: str, n: int) -> bool:
+        return not self.storage.exists(f"{layout.version_dir(prefix, n)}/{records.FILES_JSON}")
+
+    def _listed_by_retained(self, prefix: str, first: int, latest: int) -> set[str]:
+        """The paths of the data files that versions `first`..`latest` (the retained ones) list outside their own
+        directories' versions, i.e. every file a retiring version's directory may still have to keep.
+
+        Version m lists the files of its base (the version it was written on) and new files of its own directory,
+        so a file of a version before `first` that a retained version lists is listed by `first` too, unless that
+        version's base is older than `first` (a repair from an older version): `_files.json` is read for `first`
+        and for those only. A write in progress has the latest version as its base, which is retained."""
+        paths: set[str] = set()
+        need = True
+        for m in range(first, latest + 1):
+            base = self.commit_record(prefix, m).get("base")
+            if need or not isinstance(base, int) or base < first:
+                files = self._version_files(prefix, m)
+                need = files is None  # unreadable: its successor lists what it listed (or its own base's)
+                directory = layout.version_dir(prefix, m)
+                paths.update(path for f in files or () for path in held_paths(directory, f))
+        return paths
+
+    def _retire(self, prefix: str, n: int, listed: set[str]) -> None:
+        """Delete version n's metadata and the data files it lists or holds that no retained version lists."""
+        s = self.storage
+        directory = layout.version_dir(prefix, n)
+        files = self._version_files(prefix, n) or []
+        elsewhere = {path for f in files for path in held_paths(directory, f) if not path.startswith(f"{directory}/")}
+        own = [o.path for o in s.list_recursive(directory) if o.path.rsplit("/", 1)[-1] not in VERSION_METADATA]
+        kept = [path for path in own if path in listed]
+        s.delete(f"{directory}/{records.MANIFEST}")
+        emptied: set[str] = set()
+        for path in sorted(elsewhere - listed):
+            s.delete(path)
+            emptied.add(path.rsplit("/", 1)[0])
+        # data files first, `_files.json` last: a retirement cut short is found again (and finished) next time
+        for path in own:
+            if path not in listed:
+                s.delete(path)
+        for name in RETIRE_ORDER:
+            s.delete(f"{directory}/{name}")
+        if not kept:
+            s.delete_prefix(directory)  # the folder itself, and anything not a data or metadata file
+        for folder in emptied:  # a retired directory whose last listed file went
+            if not s.exists(f"{folder}/{records.FILES_JSON}") and not s.list_children(folder):
+                s.delete_prefix(folder)
+        self._claims.drop(prefix, n)
+
+    def _version_files(self, prefix: str, n: int) -> list[DataFile] | None:
+        try:
+            listing = json.loads(self.storage.read_bytes(f"{layout.version_dir(prefix, n)}/{records.FILES_JSON}"))
+        except (FileNotFoundError, ValueError):
+            return None
+        return [DataFile.from_json(f) for f in listing["files"]]
+
+    def commit_record(self, prefix: str, n: int) -> dict[str, Any]:
+        try:
+            record = json.loads(self.storage.read_bytes(layout.log_path(prefix, n)))
+        except (FileNotFoundError, ValueError):
+            return {}
+        return record if isinstance(record, dict) else {}
+
+    def _committed_at(self, prefix: str, n: int) -> float | None:
+        at = self.commit_record(prefix, n).get("committed_at")
+        return float(at) if isinstance(at, int | float) else None
