@@ -50,14 +50,14 @@ from destination.shared.settings import ServerOptions
 from destination.shared.storage.base import StorageSpec, local_root_problem, open_storage
 from destination.shared.storage.s3 import transient_error
 from destination.shared.table_model import DELETED
-from destination.store.table_store import AlreadyApplied, TableLocks, TableStore
-from destination.write import metrics
-from destination.write.batches import WRITE_BATCH, WRITE_HISTORY_BATCH, check_mode, files_format, plan_batch
+from destination.store.table_store import TableLocks, TableStore
+from destination.write import metrics, requests
+from destination.write.batches import WRITE_BATCH, WRITE_HISTORY_BATCH, BatchPlan
 from destination.write.copy_job import SparkCopies
 from destination.write.migrations import migrate, migration_target
 from destination.write.progress import current as current_work
 from destination.write.session import get_session, trivial_job
-from destination.write.staging import staged_for_executors, stages_files
+from destination.write.staging import stages_files
 from destination.write.write_path import PlacementSettings, WritePath
 
 TARGET_LOCK_SECONDS = 600.0
@@ -251,29 +251,21 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
 
     @_rpc("DescribeTable", sdk.DescribeTableResponse, lambda r: (r.schema_name, r.table_name))
     def DescribeTable(self, request: Any, backend: Backend, schema: str, table: str) -> tuple[Any, str]:
-        current = backend.store.load(schema, table)
+        current = requests.describe_table(backend.writer, schema, table)
         if current is None:
             return sdk.DescribeTableResponse(not_found=True), "not found"
-        backend.store.follow_up(current)  # formats and catalog left behind by a crash or an outage
         return sdk.DescribeTableResponse(table=table_to_proto(current.table)), f"version {current.version}"
 
     @_rpc("CreateTable", sdk.CreateTableResponse, lambda r: (r.schema_name, r.table.name))
     def CreateTable(self, request: Any, backend: Backend, schema: str, table: str) -> tuple[Any, str]:
         definition = table_from_proto(request.table)
-        created, difference = backend.writer.create_table(schema, definition)
-        if created:
+        if requests.create_table(backend.writer, schema, definition):
             return sdk.CreateTableResponse(success=True), f"created with {len(definition.columns)} columns"
-        if not difference:
-            latest = backend.store.load(schema, table)
-            if latest is not None:  # a retry: its first try may have died before the formats and the catalog
-                backend.store.follow_up(latest)
-            return sdk.CreateTableResponse(success=True), "already exists with this definition"
-        raise UserActionRequired(f"the table already exists with another definition: {difference}. "
-                                 "Use AlterTable, or drop the table first")
+        return sdk.CreateTableResponse(success=True), "already exists with this definition"
 
     @_rpc("AlterTable", sdk.AlterTableResponse, lambda r: (r.schema_name, r.table.name))
     def AlterTable(self, request: Any, backend: Backend, schema: str, table: str) -> tuple[Any, str]:
-        outcome = backend.writer.alter_table(schema, table_from_proto(request.table), request.drop_columns)
+        outcome = requests.alter_table(backend.writer, schema, table_from_proto(request.table), request.drop_columns)
         return sdk.AlterTableResponse(success=True), f"version {outcome.version}"
 
     @_rpc("Truncate", sdk.TruncateResponse, lambda r: (r.schema_name, r.table_name))
@@ -282,42 +274,35 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         deleted = request.soft.deleted_column if request.HasField("soft") else None
         if request.HasField("soft") and not deleted:
             deleted = DELETED
-        outcome = backend.writer.truncate(schema, table, request.synced_column or "_fivetran_synced", cutoff_us, deleted)
+        outcome = requests.truncate(backend.writer, schema, table, request.synced_column or "_fivetran_synced",
+                                    cutoff_us, deleted)
         if outcome.version is None:
             return sdk.TruncateResponse(success=True), "table does not exist: nothing to truncate"
         return sdk.TruncateResponse(success=True), f"{'soft' if deleted else 'hard'}: {outcome.counts} version {outcome.version}"
 
     def _write(self, rpc: str, request: Any, backend: Backend, schema: str, table: str,
                files: dict[str, list[str]]) -> tuple[Any, str]:
-        """WriteBatch and WriteHistoryBatch: same decoding and store; the merge follows the table's mode."""
-        current = check_mode(backend.store.load(schema, table), rpc)
-        backend.writer.ensure_columns(schema, current, list(table_from_proto(request.table).columns))
-        fmt = files_format(files, file_format(request.file_params), self.options.batch_file_format)
-        plan = plan_batch(files, dict(request.keys), fmt)
+        """WriteBatch and WriteHistoryBatch: the request as the write needs it, its answer and observation."""
         work = current_work()
-        if work is not None:
-            self.observer.batch(rpc, work, plan)
-        started = time.perf_counter()
-        try:
-            if plan.identity.seen_in(current.recent_batches):  # a retry: known before anything is staged for a cluster
-                raise AlreadyApplied(current.version)  # (the store checks again under its claim, for races)
-            with staged_for_executors(plan, backend.store.storage, self.options.spark_master) as staged_plan:
-                staging_seconds = time.perf_counter() - started
-                outcome = backend.writer.write_batch(schema, table, staged_plan, rpc)
-        except AlreadyApplied as done:
+
+        def planned(plan: BatchPlan) -> None:  # the request's files, for its progress lines and the status page
+            if work is not None:
+                self.observer.batch(rpc, work, plan)
+        batch = requests.BatchRequest(rpc=rpc, schema=schema, table=table,
+                                      columns=tuple(table_from_proto(request.table).columns), files=files,
+                                      keys=dict(request.keys), file_format=file_format(request.file_params))
+        result = requests.write_batch(backend.writer, batch, self.options.batch_file_format,
+                                      self.options.spark_master, planned)
+        if isinstance(result, requests.BatchRetried):
             self.observer.retried()
-            latest = backend.store.load(schema, table)
-            if latest is not None:  # the first try may have died between its commit and the formats/catalog
-                backend.store.follow_up(latest)
             return (sdk.WriteBatchResponse(success=True),
-                    f"{len(plan.files)} files already applied in version {done.version} (retried request)")
-        if staged_plan is not plan:  # files staged for a cluster's executors: the copy's time is the write's too
-            outcome.timings["staging"] = staging_seconds
+                    f"{result.files} files already applied in version {result.version} (retried request)")
+        outcome = result.outcome
         if work is not None:
-            self.observer.written(rpc, work, current.table, outcome)
+            self.observer.written(rpc, work, result.table, outcome)
         for failure, count in sorted(outcome.failures_by_column.items()):
             logs.warning(f"[{rpc}] {schema}.{table}: {failure_summary(failure, count)}")
-        return sdk.WriteBatchResponse(success=True), (f"{outcome.data_rows} rows from {len(plan.files)} files: "
+        return sdk.WriteBatchResponse(success=True), (f"{outcome.data_rows} rows from {result.files} files: "
                                                       f"{outcome.counts}, version {outcome.version} "
                                                       f"({outcome.timing_text()})")
 
