@@ -72,6 +72,7 @@ from spark_jobs.tasks.per_file import (
 )
 
 U = TypeVar("U")
+R = TypeVar("R")
 
 
 @dataclass
@@ -336,13 +337,22 @@ class WritePath:
     def commit(self, schema: str, name: str, produce: Producer, *,
                batch: RequestIdentity | None = None) -> TableVersion | None:
         """Commit what `produce` returns as the next version of `name`, with its change directory when change
-        files are on (store.write calls `produce` again on a new base after a conflict)."""
-        def produce_with_changes(base: TableVersion | None, target: VersionTarget) -> PendingVersion | None:
-            pending = produce(base, target)
+        files are on (the store calls `produce` again on a new base after a conflict)."""
+        committed, _ = self.commit_with_result(schema, name, lambda base, target: (produce(base, target), None),
+                                               batch=batch)
+        return committed
+
+    def commit_with_result(self, schema: str, name: str,
+                           produce: Callable[[TableVersion | None, VersionTarget], tuple[PendingVersion | None, R]],
+                           *, batch: RequestIdentity | None = None) -> tuple[TableVersion | None, R]:
+        """`commit` for a `produce` that also returns its job's result (counts, timings): handed back with the
+        version it committed (or, with nothing to commit, the latest)."""
+        def produce_with_changes(base: TableVersion | None, target: VersionTarget) -> tuple[PendingVersion | None, R]:
+            pending, result = produce(base, target)
             if pending is not None and self.changes.enabled:
                 pending.changes = self._complete_changes(schema, base, target, pending)
-            return pending
-        return self.store.write(schema, name, produce_with_changes, batch=batch)
+            return pending, result
+        return self.store.write_with_result(schema, name, produce_with_changes, batch=batch)
 
     def _complete_changes(self, schema: str, base: TableVersion | None, target: VersionTarget,
                           pending: PendingVersion) -> ChangeSet:
@@ -488,9 +498,7 @@ class WritePath:
         task per key range it touches; any other request is decoded and sorted into runs by one task per file,
         then merged by one task per key range. A table still in key-hash buckets is first placed in key ranges
         (a version of its own). A request without rows commits nothing."""
-        outcome = Outcome(None)
-
-        def produce(base: TableVersion | None, target: VersionTarget) -> PendingVersion | None:
+        def produce(base: TableVersion | None, target: VersionTarget) -> tuple[PendingVersion | None, Outcome]:
             if base is None:
                 raise TableNotFound(f"{rpc}: table {schema}.{table_name} does not exist; CreateTable must come first")
             if not base.table.in_key_ranges:
@@ -501,25 +509,23 @@ class WritePath:
                    if plan.total_bytes <= self.small_request else None)
             if out is None:
                 out = self._merge_staged(schema, base, target, plan, description)
-            outcome.counts, outcome.failures_by_column, outcome.rows = (out.counts, out.request.failures_by_column,
-                                                                        out.request.rows)
-            outcome.data_rows = out.request.data_rows
-            outcome.timings = {"job": time.perf_counter() - started, "task_s": out.task_seconds}
+            timings = {"job": time.perf_counter() - started, "task_s": out.task_seconds}
             if out.request.decode_seconds is not None:  # the shuffled path decodes in tasks of their own
-                outcome.timings["decode_task_s"] = out.request.decode_seconds
-            if outcome.rows == 0:
-                return None
+                timings["decode_task_s"] = out.request.decode_seconds
+            merged = Outcome(None, out.counts, out.request.rows, out.request.data_rows, out.request.failures_by_column,
+                             timings)
+            if merged.rows == 0:
+                return None, merged
             carried = [f for f in base.files if f.name not in out.replaced]
             kind = "write_history_batch" if rpc == WRITE_HISTORY_BATCH else "write_batch"
             return PendingVersion(base.table, out.new_files, carried, {"kind": kind, "counts": out.counts},
-                                  out.change_parts(KIND_ROWS))
+                                  out.change_parts(KIND_ROWS)), merged
         try:
-            committed = self.commit(schema, table_name, produce, batch=plan.identity)
+            committed, merged = self.commit_with_result(schema, table_name, produce, batch=plan.identity)
         except _InHashBuckets:
             self._place_in_ranges(schema, table_name)
-            committed = self.commit(schema, table_name, produce, batch=plan.identity)
-        outcome.version = committed.version if committed else None
-        return outcome
+            committed, merged = self.commit_with_result(schema, table_name, produce, batch=plan.identity)
+        return replace(merged, version=committed.version if committed else None)
 
     # ---- Truncate -------------------------------------------------------------------------
 
@@ -533,11 +539,10 @@ class WritePath:
         if deleted_column and current.table.column(deleted_column) is None:
             current = self.ensure_columns(schema, current, [ColumnDef(deleted_column, "BOOLEAN")])
         cutoff_ms = cutoff_us // 1000
-        stats: dict[str, int] = {}
 
-        def produce(base: TableVersion | None, target: VersionTarget) -> PendingVersion | None:
+        def produce(base: TableVersion | None, target: VersionTarget) -> tuple[PendingVersion | None, dict[str, int]]:
             if base is None:
-                return None
+                return None, {}
             units: list[TruncateUnit] = []
             dropped: list[DataFile] = []
             for f in base.files:
@@ -551,20 +556,18 @@ class WritePath:
                 units.append(TruncateUnit(file=f, cutoff_us=cutoff_us, synced_column=synced_column,
                                           deleted_column=deleted_column))
             if not units and not dropped:
-                return None
+                return None, {}
             out = self._run(truncate_file_task, schema, base, target, base.table, units,
                             f"truncate {schema}.{table_name}", KIND_ROWS)
             gone = out.replaced | {f.name for f in dropped}
             counts = dict(out.counts)
             counts["deleted"] = counts.get("deleted", 0) + sum(f.rows for f in dropped)
-            stats.clear()
-            stats.update(counts)
             carried = [f for f in base.files if f.name not in gone]
             kind = "soft_truncate" if deleted_column else "truncate"
             return PendingVersion(base.table, out.new_files, carried, {"kind": kind, "counts": counts},
-                                  out.change_parts(KIND_ROWS))
-        committed = self.commit(schema, table_name, produce)
-        return Outcome(committed.version if committed else current.version, stats)
+                                  out.change_parts(KIND_ROWS)), counts
+        committed, counts = self.commit_with_result(schema, table_name, produce)
+        return Outcome(committed.version if committed else current.version, counts)
 
 
 def plan_alter(current: TableDef, requested: TableDef, drop_columns: bool) -> TableDef:
