@@ -14,7 +14,6 @@ import traceback
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -54,11 +53,12 @@ from destination.store.table_store import TableLocks, TableStore
 from destination.write import metrics, requests
 from destination.write.batches import WRITE_BATCH, WRITE_HISTORY_BATCH, BatchPlan
 from destination.write.copy_job import SparkCopies
-from destination.write.migrations import migrate, migration_target
+from destination.write.jobs import PlacementSettings
+from destination.write.migrations import migration_target
 from destination.write.progress import current as current_work
 from destination.write.session import get_session, trivial_job
 from destination.write.staging import stages_files
-from destination.write.write_path import PlacementSettings, WritePath
+from destination.write.writers import Writers, writers
 
 TARGET_LOCK_SECONDS = 600.0
 
@@ -76,12 +76,6 @@ def _transient_storage_errors() -> Iterator[None]:
         raise unavailable from None
 
 
-@dataclass
-class Backend:
-    store: TableStore
-    writer: WritePath
-
-
 class DestinationService(sdk_grpc.DestinationConnectorServicer):
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
@@ -97,8 +91,9 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         return get_session(self.options.spark_master, self.options.driver_memory, self.options.spark_event_log,
                            self.options.spark_ui_port)
 
-    def backend(self, configuration: Any) -> Backend:
-        """The store of the configuration's root (one per root, kept) and a writer with its change settings."""
+    def backend(self, configuration: Any) -> Writers:
+        """The store of the configuration's root (one per root, kept) and the writers of its tables, with the
+        configuration's change and placement settings."""
         config = dict(configuration)
         self._warn_unknown_fields(config)
         spec = storage_spec(config, self.options)
@@ -112,7 +107,7 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
                     open_storage(spec), stored.retention, observer=self.observer.commit_observer(spec.root),
                     layout=stored.layout, copies=SparkCopies(self.spark), follow=follow_hook(stored.formats, catalog))
         placement = PlacementSettings(target_file_bytes=target_file_bytes(config), scratch=self._scratch())
-        return Backend(store, WritePath(store, self.spark, changes, self.options.small_request_bytes, placement))
+        return writers(store, self.spark, changes, self.options.small_request_bytes, placement)
 
     def _scratch(self) -> StorageSpec | None:
         """Sorted runs go to a local directory when the executors are local; else to the table's storage."""
@@ -250,37 +245,37 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         return wrap
 
     @_rpc("DescribeTable", sdk.DescribeTableResponse, lambda r: (r.schema_name, r.table_name))
-    def DescribeTable(self, request: Any, backend: Backend, schema: str, table: str) -> tuple[Any, str]:
-        current = requests.describe_table(backend.writer, schema, table)
+    def DescribeTable(self, request: Any, backend: Writers, schema: str, table: str) -> tuple[Any, str]:
+        current = requests.describe_table(backend, schema, table)
         if current is None:
             return sdk.DescribeTableResponse(not_found=True), "not found"
         return sdk.DescribeTableResponse(table=table_to_proto(current.table)), f"version {current.version}"
 
     @_rpc("CreateTable", sdk.CreateTableResponse, lambda r: (r.schema_name, r.table.name))
-    def CreateTable(self, request: Any, backend: Backend, schema: str, table: str) -> tuple[Any, str]:
+    def CreateTable(self, request: Any, backend: Writers, schema: str, table: str) -> tuple[Any, str]:
         definition = table_from_proto(request.table)
-        if requests.create_table(backend.writer, schema, definition):
+        if requests.create_table(backend, schema, definition):
             return sdk.CreateTableResponse(success=True), f"created with {len(definition.columns)} columns"
         return sdk.CreateTableResponse(success=True), "already exists with this definition"
 
     @_rpc("AlterTable", sdk.AlterTableResponse, lambda r: (r.schema_name, r.table.name))
-    def AlterTable(self, request: Any, backend: Backend, schema: str, table: str) -> tuple[Any, str]:
-        outcome = requests.alter_table(backend.writer, schema, table_from_proto(request.table), request.drop_columns)
+    def AlterTable(self, request: Any, backend: Writers, schema: str, table: str) -> tuple[Any, str]:
+        outcome = requests.alter_table(backend, schema, table_from_proto(request.table), request.drop_columns)
         return sdk.AlterTableResponse(success=True), f"version {outcome.version}"
 
     @_rpc("Truncate", sdk.TruncateResponse, lambda r: (r.schema_name, r.table_name))
-    def Truncate(self, request: Any, backend: Backend, schema: str, table: str) -> tuple[Any, str]:
+    def Truncate(self, request: Any, backend: Writers, schema: str, table: str) -> tuple[Any, str]:
         cutoff_us = request.utc_delete_before.seconds * 1_000_000 + request.utc_delete_before.nanos // 1000
         deleted = request.soft.deleted_column if request.HasField("soft") else None
         if request.HasField("soft") and not deleted:
             deleted = DELETED
-        outcome = requests.truncate(backend.writer, schema, table, request.synced_column or "_fivetran_synced",
+        outcome = requests.truncate(backend, schema, table, request.synced_column or "_fivetran_synced",
                                     cutoff_us, deleted)
         if outcome.version is None:
             return sdk.TruncateResponse(success=True), "table does not exist: nothing to truncate"
         return sdk.TruncateResponse(success=True), f"{'soft' if deleted else 'hard'}: {outcome.counts} version {outcome.version}"
 
-    def _write(self, rpc: str, request: Any, backend: Backend, schema: str, table: str,
+    def _write(self, rpc: str, request: Any, backend: Writers, schema: str, table: str,
                files: dict[str, list[str]]) -> tuple[Any, str]:
         """WriteBatch and WriteHistoryBatch: the request as the write needs it, its answer and observation."""
         work = current_work()
@@ -291,7 +286,7 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         batch = requests.BatchRequest(rpc=rpc, schema=schema, table=table,
                                       columns=tuple(table_from_proto(request.table).columns), files=files,
                                       keys=dict(request.keys), file_format=file_format(request.file_params))
-        result = requests.write_batch(backend.writer, batch, self.options.batch_file_format,
+        result = requests.write_batch(backend, batch, self.options.batch_file_format,
                                       self.options.spark_master, planned)
         if isinstance(result, requests.BatchRetried):
             self.observer.retried()
@@ -307,25 +302,25 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
                                                       f"({outcome.timing_text()})")
 
     @_rpc("WriteBatch", sdk.WriteBatchResponse, lambda r: (r.schema_name, r.table.name))
-    def WriteBatch(self, request: Any, backend: Backend, schema: str, table: str) -> tuple[Any, str]:
+    def WriteBatch(self, request: Any, backend: Writers, schema: str, table: str) -> tuple[Any, str]:
         return self._write(WRITE_BATCH, request, backend, schema, table, {
             "replace": list(request.replace_files), "update": list(request.update_files),
             "delete": list(request.delete_files)})
 
     @_rpc("WriteHistoryBatch", sdk.WriteBatchResponse, lambda r: (r.schema_name, r.table.name))
-    def WriteHistoryBatch(self, request: Any, backend: Backend, schema: str, table: str) -> tuple[Any, str]:
+    def WriteHistoryBatch(self, request: Any, backend: Writers, schema: str, table: str) -> tuple[Any, str]:
         return self._write(WRITE_HISTORY_BATCH, request, backend, schema, table, {
             "earliest": list(request.earliest_start_files), "replace": list(request.replace_files),
             "update": list(request.update_files), "delete": list(request.delete_files)})
 
     @_rpc("Migrate", sdk.MigrateResponse, lambda r: (r.details.schema, r.details.table))
-    def Migrate(self, request: Any, backend: Backend, schema: str, table: str) -> tuple[Any, str]:
+    def Migrate(self, request: Any, backend: Writers, schema: str, table: str) -> tuple[Any, str]:
         target = migration_target(request.details)
         if target and target != table:  # a copy or rename also writes its target: hold that table too
             with self.locks.hold(backend.store.storage.spec.root, schema, target, timeout=TARGET_LOCK_SECONDS):
-                outcome = migrate(backend.writer, schema, table, request.details, common.DataType.Name)
+                outcome = requests.migrate(backend, schema, table, request.details, common.DataType.Name)
         else:
-            outcome = migrate(backend.writer, schema, table, request.details, common.DataType.Name)
+            outcome = requests.migrate(backend, schema, table, request.details, common.DataType.Name)
         if not outcome.supported:
             return sdk.MigrateResponse(unsupported=True), outcome.detail
         return sdk.MigrateResponse(success=True), outcome.detail

@@ -8,14 +8,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from destination.shared.batch.reader import FileFormat
-from destination.shared.errors import UserActionRequired
+from destination.shared.errors import BadRequest, UserActionRequired
 from destination.shared.table_model import ColumnDef, TableDef
 from destination.store.table_store import AlreadyApplied, TableStore, TableVersion
+from destination.write import migrations
 from destination.write.batches import BatchPlan, check_mode, files_format, plan_batch
+from destination.write.outcome import Outcome
 from destination.write.staging import staged_for_executors
-from destination.write.write_path import Outcome, WritePath
+from destination.write.writers import Writers
 
 
 @dataclass(frozen=True)
@@ -48,14 +51,14 @@ class BatchRetried:
     version: int
 
 
-def write_batch(writer: WritePath, request: BatchRequest, server_format: str, spark_master: str,
+def write_batch(writers: Writers, request: BatchRequest, server_format: str, spark_master: str,
                 planned: Callable[[BatchPlan], None]) -> BatchWritten | BatchRetried:
     """WriteBatch and WriteHistoryBatch: the table's mode, its missing columns added (a version of their own), the
     files' format and plan (`planned` sees it before any row moves: progress lines, the status page), a retry
     recognised before anything is staged, the files staged for a cluster's executors, then the merge."""
-    store, schema, table = writer.store, request.schema, request.table
+    store, schema, table = writers.store, request.schema, request.table
     current = check_mode(store.load(schema, table), request.rpc)
-    writer.ensure_columns(schema, current, list(request.columns))
+    writers.tables.ensure_columns(schema, current, request.columns)  # a version of its own
     plan = plan_batch(request.files, request.keys, files_format(request.files, request.file_format, server_format))
     planned(plan)
     started = time.perf_counter()
@@ -64,7 +67,7 @@ def write_batch(writer: WritePath, request: BatchRequest, server_format: str, sp
             raise AlreadyApplied(current.version)  # (the store checks again under its claim, for races)
         with staged_for_executors(plan, store.storage, spark_master) as staged_plan:
             staging_seconds = time.perf_counter() - started
-            outcome = writer.write_batch(schema, table, staged_plan, request.rpc)
+            outcome = writers.writes.write_batch(schema, table, staged_plan, request.rpc)
     except AlreadyApplied as done:
         _follow_up(store, schema, table)  # the first try may have died between its commit and the formats/catalog
         return BatchRetried(len(plan.files), done.version)
@@ -73,34 +76,48 @@ def write_batch(writer: WritePath, request: BatchRequest, server_format: str, sp
     return BatchWritten(len(plan.files), current.table, outcome)
 
 
-def describe_table(writer: WritePath, schema: str, table: str) -> TableVersion | None:
+def describe_table(writers: Writers, schema: str, table: str) -> TableVersion | None:
     """The table's latest version (None: no such table), its formats and catalog entry caught up first."""
-    current = writer.store.load(schema, table)
+    current = writers.store.load(schema, table)
     if current is not None:
-        writer.store.follow_up(current)  # formats and catalog left behind by a crash or an outage
+        writers.store.follow_up(current)  # formats and catalog left behind by a crash or an outage
     return current
 
 
-def create_table(writer: WritePath, schema: str, definition: TableDef) -> bool:
+def create_table(writers: Writers, schema: str, definition: TableDef) -> bool:
     """True: created; False: it exists with this definition (a retried call). Another definition is refused."""
-    created, difference = writer.create_table(schema, definition)
+    created, difference = writers.tables.create_table(schema, definition)
     if created:
         return True
     if difference:
         raise UserActionRequired(f"the table already exists with another definition: {difference}. "
                                  "Use AlterTable, or drop the table first")
-    _follow_up(writer.store, schema, definition.name)  # its first try may have died before the formats and catalog
+    _follow_up(writers.store, schema, definition.name)  # its first try may have died before the formats and catalog
     return False
 
 
-def alter_table(writer: WritePath, schema: str, definition: TableDef, drop_columns: bool) -> Outcome:
-    return writer.alter_table(schema, definition, drop_columns)
+def alter_table(writers: Writers, schema: str, definition: TableDef, drop_columns: bool) -> Outcome:
+    return writers.tables.alter_table(schema, definition, drop_columns)
 
 
-def truncate(writer: WritePath, schema: str, table: str, synced_column: str, cutoff_us: int,
+def truncate(writers: Writers, schema: str, table: str, synced_column: str, cutoff_us: int,
              deleted_column: str | None) -> Outcome:
-    """Rows synced before the cutoff removed, or (`deleted_column`) marked deleted; version None: no such table."""
-    return writer.truncate(schema, table, synced_column, cutoff_us, deleted_column)
+    """Rows synced before the cutoff removed, or (`deleted_column`) marked deleted, the column added first (a
+    version of its own) when the table lacks it; version None: no such table."""
+    current = writers.store.load(schema, table)
+    if current is None:
+        return Outcome(None)
+    if current.table.column(synced_column) is None:
+        raise BadRequest(f"Truncate {schema}.{table}: no column {synced_column!r}")
+    if deleted_column and current.table.column(deleted_column) is None:
+        writers.tables.ensure_columns(schema, current, [ColumnDef(deleted_column, "BOOLEAN")])
+    return writers.writes.truncate(schema, table, synced_column, cutoff_us, deleted_column)
+
+
+def migrate(writers: Writers, schema: str, table: str, details: Any, type_name: Any) -> migrations.MigrationOutcome:
+    """One Migrate operation (destination/write/migrations.py); a copy or rename also writes its target table,
+    whose lock the caller holds."""
+    return migrations.migrate(writers.store, writers.tables, schema, table, details, type_name)
 
 
 def _follow_up(store: TableStore, schema: str, table: str) -> None:
