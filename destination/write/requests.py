@@ -55,7 +55,9 @@ def write_batch(writers: Writers, request: BatchRequest, server_format: str, spa
                 planned: Callable[[BatchPlan], None]) -> BatchWritten | BatchRetried:
     """WriteBatch and WriteHistoryBatch: the table's mode, its missing columns added (a version of their own), the
     files' format and plan (`planned` sees it before any row moves: progress lines, the status page), a retry
-    recognised before anything is staged, the files staged for a cluster's executors, then the merge."""
+    recognised before anything is staged, the files staged for a cluster's executors, then the merge (which first
+    places a table still in key-hash buckets in key ranges, a version of its own: the base it finds under the
+    store's claim decides that). docs/ARCHITECTURE.md "Versions of one request" says why these are separate."""
     store, schema, table = writers.store, request.schema, request.table
     current = check_mode(store.load(schema, table), request.rpc)
     writers.tables.ensure_columns(schema, current, request.columns)  # a version of its own
