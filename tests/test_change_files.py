@@ -21,7 +21,7 @@ from destination.shared.storage.opening import open_storage
 from destination.shared.table_model import ColumnDef, TableDef
 from destination.store.table_store import Retention, TableStore
 from destination.write.batches import plan_batch
-from destination.write.write_path import WritePath
+from destination.write.writers import Writers, writers
 from tests.batchfiles import FMT, write_csv
 from tests.change_consumer import replay, tokenize
 from tests.conftest import spec_of
@@ -139,8 +139,8 @@ def batch(tmp_path: Path, first: int, n: int = 3) -> dict[str, list[str]]:
     return {"replace": [str(path)]}
 
 
-def writer(store: TableStore, spark, fmt: str = "parquet") -> WritePath:  # type: ignore[no-untyped-def]
-    return WritePath(store, lambda: spark, ChangeSettings(format=fmt))
+def writer(store: TableStore, spark, fmt: str = "parquet") -> Writers:  # type: ignore[no-untyped-def]
+    return writers(store, lambda: spark, ChangeSettings(format=fmt))
 
 
 def ops(tmp_path: Path, first: int, fmt: FileFormat = FMT) -> Any:
@@ -151,14 +151,14 @@ def ops(tmp_path: Path, first: int, fmt: FileFormat = FMT) -> Any:
 @pytest.mark.parametrize("fmt", ["parquet", "arcion-csv"])
 def test_a_version_is_never_visible_without_its_changes(storage: Storage, spark, tmp_path: Path, fmt: str) -> None:  # type: ignore[no-untyped-def]
     prefix = layout.table_prefix("s", "events")
-    writer(TableStore(storage), spark, fmt).create_table("s", TABLE)
+    writer(TableStore(storage), spark, fmt).tables.create_table("s", TABLE)
 
     def crash(step: str) -> None:
         if step == "before_commit_record":
             raise SimulatedCrash(step)
     crashed = TableStore(storage, fault=crash)
     with pytest.raises(SimulatedCrash):
-        writer(crashed, spark, fmt).write_batch("s", "events", ops(tmp_path, 1))
+        writer(crashed, spark, fmt).writes.write_batch("s", "events", ops(tmp_path, 1))
     # the change directory of version 2 was written, but without its commit record nothing is visible
     assert storage.exists(f"{layout.changes_dir(prefix, 2)}/_manifest")
     assert TableStore(storage).latest_version_number(prefix) == 1
@@ -168,11 +168,11 @@ def test_a_version_is_never_visible_without_its_changes(storage: Storage, spark,
         if step == "after_data_files":
             raise RuntimeError("disk full")
     with pytest.raises(RuntimeError):  # a failure before the commit removes both directories of the attempt
-        writer(TableStore(storage, fault=fail, claim_lease_seconds=0), spark, fmt).write_batch("s", "events", ops(tmp_path, 5))
+        writer(TableStore(storage, fault=fail, claim_lease_seconds=0), spark, fmt).writes.write_batch("s", "events", ops(tmp_path, 5))
     assert not storage.list_children(layout.changes_dir(prefix, 2))
     assert not storage.list_children(layout.version_dir(prefix, 2))
 
-    done = writer(TableStore(storage, claim_lease_seconds=0), spark, fmt).write_batch("s", "events", ops(tmp_path, 10))
+    done = writer(TableStore(storage, claim_lease_seconds=0), spark, fmt).writes.write_batch("s", "events", ops(tmp_path, 10))
     assert done.version == 2
     replica = replay(storage, "s", "events")
     assert sorted(k[0] for k in replica.rows) == [10, 11, 12]  # only the committed request's rows
@@ -182,9 +182,9 @@ def test_a_version_is_never_visible_without_its_changes(storage: Storage, spark,
 def test_retention_removes_old_versions_but_keeps_their_changes(storage: Storage, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     store = TableStore(storage, Retention(keep_versions=2, min_age_seconds=0))
     w = writer(store, spark, "arcion-csv")
-    w.create_table("s", TABLE)
+    w.tables.create_table("s", TABLE)
     for first in (1, 4, 7, 10):
-        w.write_batch("s", "events", ops(tmp_path, first))
+        w.writes.write_batch("s", "events", ops(tmp_path, first))
     prefix = layout.table_prefix("s", "events")
     assert [n for n in storage.list_children(prefix) if n.startswith("v")] == [layout.version_dir_name(4),
                                                                              layout.version_dir_name(5)]

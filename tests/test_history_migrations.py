@@ -228,7 +228,7 @@ def test_a_failed_copy_leaves_the_existing_target_as_it_was(setup: Setup, spark,
     from destination.shared.storage.opening import open_storage
     from destination.store.table_store import TableStore
     from destination.write import history_migrations, migrations
-    from destination.write.write_path import WritePath
+    from destination.write.writers import writers
     from tests.conftest import spec_of
 
     soft_delete_table(setup, True)
@@ -237,11 +237,11 @@ def test_a_failed_copy_leaves_the_existing_target_as_it_was(setup: Setup, spark,
     def crash(step: str) -> None:
         if step == "before_commit_record":
             raise RuntimeError("simulated crash")
-    writer = WritePath(TableStore(open_storage(spec_of(setup.configuration)), fault=crash), lambda: spark)
+    parts = writers(TableStore(open_storage(spec_of(setup.configuration)), fault=crash), lambda: spark)
     with pytest.raises(RuntimeError):
         if operation == "copy_table":
-            migrations._copy_table(writer, "tester", "s", "target")
+            migrations._copy_table(parts.tables, "tester", "s", "target")
         else:
-            history_migrations.copy_table_to_history_mode(writer, "tester", "s", "target", "_fivetran_deleted")
+            history_migrations.copy_table_to_history_mode(parts.store, parts.tables, "tester", "s", "target", "_fivetran_deleted")
     assert [(r["id"], r["v"]) for r in setup.rows("target")] == [(9, "old")]
     assert sorted(r["id"] for r in setup.rows("s")) == [1, 2]

@@ -262,7 +262,7 @@ class CountingHarness(Harness):
 def test_status_page_counts_history_rows_as_the_tester_and_lists_requests_before_tables(
         grpc_server: str, status_url: str, server_options: Any, tmp_path: Path, path: str) -> None:
     if path == "decoded in tasks":
-        server_options(small_request_bytes=0)  # every request takes the staged path (write_path._merge_staged)
+        server_options(small_request_bytes=0)  # every request takes the staged path (TableWrites._merge_staged)
     (tmp_path / "batches").mkdir()
     schema = f"hist_rows_{path.split()[-1]}"
     harness = CountingHarness(grpc_server, schema, {"root": str(tmp_path)}, False, "csv", tmp_path / "batches")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import replace
 
 import pyarrow as pa
 import pytest
@@ -135,6 +136,29 @@ def test_retention_keeps_recent_versions_and_readers_of_old_ones(storage: Storag
     latest = eager.load(SCHEMA, "events")
     assert latest is not None and ids(eager, latest) == [0, 1, 2, 10, 11, 12, 20, 21, 22, 30, 31, 32, 100, 101, 102]
     assert validate_version(storage, latest.directory) == []
+
+
+def test_a_write_hands_back_the_result_of_the_produce_call_it_committed(storage: Storage) -> None:
+    """A try whose commit fails is redone, calling `produce` again: the result handed back is the committed call's,
+    and with nothing to commit it is the result of the call that said so."""
+    store = TableStore(storage)
+    store.write(SCHEMA, "events", appender(storage, 1))
+    tries: list[int] = []
+
+    def produce(base: TableVersion | None, target: VersionTarget) -> tuple[PendingVersion, str]:
+        assert base is not None
+        tries.append(base.version)
+        pending = appender(storage, 10 * len(tries))(base, target)
+        if len(tries) == 1:  # a file the version lists is missing at commit: nothing is committed, the write redone
+            pending.new_files = [replace(f, name="gone.parquet") for f in pending.new_files]
+        return pending, f"try {len(tries)} on version {base.version}"
+
+    committed, result = store.write_with_result(SCHEMA, "events", produce)
+    assert tries == [1, 1]
+    assert committed is not None and committed.version == 2 and result == "try 2 on version 1"
+    assert ids(store, committed) == [1, 2, 3, 20, 21, 22]
+    latest, nothing = store.write_with_result(SCHEMA, "events", lambda base, target: (None, "nothing to do"))
+    assert latest is not None and latest.version == 2 and nothing == "nothing to do"
 
 
 def test_a_leftover_claimed_version_is_cleared_by_the_next_writer(storage: Storage) -> None:

@@ -20,7 +20,7 @@ from destination.shared.storage.opening import open_storage
 from destination.shared.table_model import TableDef
 from destination.store.table_store import TableStore
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING, csv_bytes, seal
-from destination.write import write_path
+from destination.write import sorted_runs
 from tests.batchfiles import seal_raw, write_csv
 from tests.conftest import spec_of
 from tests.rpc_helpers import rows_of, table
@@ -387,7 +387,7 @@ def test_runs_are_staged_with_lz4_when_the_scratch_disk_lacks_room(stub, configu
 
     send(_big_csv(tmp_path / "load.csv.zstd.aes", np.arange(50_000), "initial"))
     assert "staging sorted runs with lz4" not in capsys.readouterr().out
-    monkeypatch.setattr(write_path, "SCRATCH_HEADROOM", 1e18)
+    monkeypatch.setattr(sorted_runs, "SCRATCH_HEADROOM", 1e18)
     send(_big_csv(tmp_path / "more.csv.zstd.aes", np.arange(40_000, 90_000), "more"))
     send(_big_csv(tmp_path / "upd.csv.zstd.aes", np.arange(0, 90_000, 7), "updated"), "update")
     assert capsys.readouterr().out.count("staging sorted runs with lz4") == 2

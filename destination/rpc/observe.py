@@ -16,8 +16,8 @@ from destination.shared.table_model import TableDef
 from destination.store.versions import CommitEvent
 from destination.write import metrics
 from destination.write.batches import BatchPlan
+from destination.write.outcome import Outcome
 from destination.write.progress import ProgressReporter, RequestWork, tracked
-from destination.write.write_path import Outcome
 
 LONG_RPCS = frozenset({"WriteBatch", "WriteHistoryBatch", "AlterTable", "Migrate"})  # with progress lines
 

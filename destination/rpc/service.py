@@ -14,7 +14,6 @@ import traceback
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -53,15 +52,15 @@ from destination.shared.storage.opening import open_storage
 from destination.shared.storage.s3 import transient_error
 from destination.shared.table_model import DELETED
 from destination.store.table_store import TableStore
-from destination.store.versions import AlreadyApplied
-from destination.write import metrics
-from destination.write.batches import WRITE_BATCH, WRITE_HISTORY_BATCH, check_mode, files_format, plan_batch
+from destination.write import metrics, requests
+from destination.write.batches import WRITE_BATCH, WRITE_HISTORY_BATCH, BatchPlan
 from destination.write.copy_job import SparkCopies
-from destination.write.migrations import migrate, migration_target
+from destination.write.jobs import PlacementSettings
+from destination.write.migrations import migration_target
 from destination.write.progress import current as current_work
 from destination.write.session import get_session, trivial_job
-from destination.write.staging import staged_for_executors, stages_files
-from destination.write.write_path import PlacementSettings, WritePath
+from destination.write.staging import stages_files
+from destination.write.writers import Writers, writers
 
 TARGET_LOCK_SECONDS = 600.0
 
@@ -79,12 +78,6 @@ def _transient_storage_errors() -> Iterator[None]:
         raise unavailable from None
 
 
-@dataclass
-class Backend:
-    store: TableStore
-    writer: WritePath
-
-
 class DestinationService(sdk_grpc.DestinationConnectorServicer):
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
@@ -100,8 +93,9 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         return get_session(self.options.spark_master, self.options.driver_memory, self.options.spark_event_log,
                            self.options.spark_ui_port)
 
-    def backend(self, configuration: Any) -> Backend:
-        """The store of the configuration's root (one per root, kept) and a writer with its change settings."""
+    def backend(self, configuration: Any) -> Writers:
+        """The store of the configuration's root (one per root, kept) and the writers of its tables, with the
+        configuration's change and placement settings."""
         config = dict(configuration)
         self._warn_unknown_fields(config)
         spec = storage_spec(config, self.options)
@@ -115,7 +109,7 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
                     open_storage(spec), stored.retention, observer=self.observer.commit_observer(spec.root),
                     layout=stored.layout, copies=SparkCopies(self.spark), follow=follow_hook(stored.formats, catalog))
         placement = PlacementSettings(target_file_bytes=target_file_bytes(config), scratch=self._scratch())
-        return Backend(store, WritePath(store, self.spark, changes, self.options.small_request_bytes, placement))
+        return writers(store, self.spark, changes, self.options.small_request_bytes, placement)
 
     def _scratch(self) -> StorageSpec | None:
         """Sorted runs go to a local directory when the executors are local; else to the table's storage."""
@@ -253,97 +247,82 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         return wrap
 
     @_rpc("DescribeTable", sdk.DescribeTableResponse, lambda r: (r.schema_name, r.table_name))
-    def DescribeTable(self, request: Any, backend: Backend, schema: str, table: str) -> tuple[Any, str]:
-        current = backend.store.load(schema, table)
+    def DescribeTable(self, request: Any, backend: Writers, schema: str, table: str) -> tuple[Any, str]:
+        current = requests.describe_table(backend, schema, table)
         if current is None:
             return sdk.DescribeTableResponse(not_found=True), "not found"
-        backend.store.follow_up(current)  # formats and catalog left behind by a crash or an outage
         return sdk.DescribeTableResponse(table=table_to_proto(current.table)), f"version {current.version}"
 
     @_rpc("CreateTable", sdk.CreateTableResponse, lambda r: (r.schema_name, r.table.name))
-    def CreateTable(self, request: Any, backend: Backend, schema: str, table: str) -> tuple[Any, str]:
+    def CreateTable(self, request: Any, backend: Writers, schema: str, table: str) -> tuple[Any, str]:
         definition = table_from_proto(request.table)
-        created, difference = backend.writer.create_table(schema, definition)
-        if created:
+        if requests.create_table(backend, schema, definition):
             return sdk.CreateTableResponse(success=True), f"created with {len(definition.columns)} columns"
-        if not difference:
-            latest = backend.store.load(schema, table)
-            if latest is not None:  # a retry: its first try may have died before the formats and the catalog
-                backend.store.follow_up(latest)
-            return sdk.CreateTableResponse(success=True), "already exists with this definition"
-        raise UserActionRequired(f"the table already exists with another definition: {difference}. "
-                                 "Use AlterTable, or drop the table first")
+        return sdk.CreateTableResponse(success=True), "already exists with this definition"
 
     @_rpc("AlterTable", sdk.AlterTableResponse, lambda r: (r.schema_name, r.table.name))
-    def AlterTable(self, request: Any, backend: Backend, schema: str, table: str) -> tuple[Any, str]:
-        outcome = backend.writer.alter_table(schema, table_from_proto(request.table), request.drop_columns)
+    def AlterTable(self, request: Any, backend: Writers, schema: str, table: str) -> tuple[Any, str]:
+        outcome = requests.alter_table(backend, schema, table_from_proto(request.table), request.drop_columns)
         return sdk.AlterTableResponse(success=True), f"version {outcome.version}"
 
     @_rpc("Truncate", sdk.TruncateResponse, lambda r: (r.schema_name, r.table_name))
-    def Truncate(self, request: Any, backend: Backend, schema: str, table: str) -> tuple[Any, str]:
+    def Truncate(self, request: Any, backend: Writers, schema: str, table: str) -> tuple[Any, str]:
         cutoff_us = request.utc_delete_before.seconds * 1_000_000 + request.utc_delete_before.nanos // 1000
         deleted = request.soft.deleted_column if request.HasField("soft") else None
         if request.HasField("soft") and not deleted:
             deleted = DELETED
-        outcome = backend.writer.truncate(schema, table, request.synced_column or "_fivetran_synced", cutoff_us, deleted)
+        outcome = requests.truncate(backend, schema, table, request.synced_column or "_fivetran_synced",
+                                    cutoff_us, deleted)
         if outcome.version is None:
             return sdk.TruncateResponse(success=True), "table does not exist: nothing to truncate"
         return sdk.TruncateResponse(success=True), f"{'soft' if deleted else 'hard'}: {outcome.counts} version {outcome.version}"
 
-    def _write(self, rpc: str, request: Any, backend: Backend, schema: str, table: str,
+    def _write(self, rpc: str, request: Any, backend: Writers, schema: str, table: str,
                files: dict[str, list[str]]) -> tuple[Any, str]:
-        """WriteBatch and WriteHistoryBatch: same decoding and store; the merge follows the table's mode."""
-        current = check_mode(backend.store.load(schema, table), rpc)
-        backend.writer.ensure_columns(schema, current, list(table_from_proto(request.table).columns))
-        fmt = files_format(files, file_format(request.file_params), self.options.batch_file_format)
-        plan = plan_batch(files, dict(request.keys), fmt)
+        """WriteBatch and WriteHistoryBatch: the request as the write needs it, its answer and observation."""
         work = current_work()
-        if work is not None:
-            self.observer.batch(rpc, work, plan)
-        started = time.perf_counter()
-        try:
-            if plan.identity.seen_in(current.recent_batches):  # a retry: known before anything is staged for a cluster
-                raise AlreadyApplied(current.version)  # (the store checks again under its claim, for races)
-            with staged_for_executors(plan, backend.store.storage, self.options.spark_master) as staged_plan:
-                staging_seconds = time.perf_counter() - started
-                outcome = backend.writer.write_batch(schema, table, staged_plan, rpc)
-        except AlreadyApplied as done:
+
+        def planned(plan: BatchPlan) -> None:  # the request's files, for its progress lines and the status page
+            if work is not None:
+                self.observer.batch(rpc, work, plan)
+        batch = requests.BatchRequest(rpc=rpc, schema=schema, table=table,
+                                      columns=tuple(table_from_proto(request.table).columns), files=files,
+                                      keys=dict(request.keys), file_format=file_format(request.file_params))
+        result = requests.write_batch(backend, batch, self.options.batch_file_format,
+                                      self.options.spark_master, planned)
+        if isinstance(result, requests.BatchRetried):
             self.observer.retried()
-            latest = backend.store.load(schema, table)
-            if latest is not None:  # the first try may have died between its commit and the formats/catalog
-                backend.store.follow_up(latest)
             return (sdk.WriteBatchResponse(success=True),
-                    f"{len(plan.files)} files already applied in version {done.version} (retried request)")
-        if staged_plan is not plan:  # files staged for a cluster's executors: the copy's time is the write's too
-            outcome.timings["staging"] = staging_seconds
+                    f"{result.files} files already applied in version {result.version} (retried request)")
+        outcome = result.outcome
         if work is not None:
-            self.observer.written(rpc, work, current.table, outcome)
+            self.observer.written(rpc, work, result.table, outcome)
         for failure, count in sorted(outcome.failures_by_column.items()):
             logs.warning(f"[{rpc}] {schema}.{table}: {failure_summary(failure, count)}")
-        return sdk.WriteBatchResponse(success=True), (f"{outcome.data_rows} rows from {len(plan.files)} files: "
+        return sdk.WriteBatchResponse(success=True), (f"{outcome.data_rows} rows from {result.files} files: "
                                                       f"{outcome.counts}, version {outcome.version} "
                                                       f"({outcome.timing_text()})")
 
     @_rpc("WriteBatch", sdk.WriteBatchResponse, lambda r: (r.schema_name, r.table.name))
-    def WriteBatch(self, request: Any, backend: Backend, schema: str, table: str) -> tuple[Any, str]:
+    def WriteBatch(self, request: Any, backend: Writers, schema: str, table: str) -> tuple[Any, str]:
         return self._write(WRITE_BATCH, request, backend, schema, table, {
             "replace": list(request.replace_files), "update": list(request.update_files),
             "delete": list(request.delete_files)})
 
     @_rpc("WriteHistoryBatch", sdk.WriteBatchResponse, lambda r: (r.schema_name, r.table.name))
-    def WriteHistoryBatch(self, request: Any, backend: Backend, schema: str, table: str) -> tuple[Any, str]:
+    def WriteHistoryBatch(self, request: Any, backend: Writers, schema: str, table: str) -> tuple[Any, str]:
         return self._write(WRITE_HISTORY_BATCH, request, backend, schema, table, {
             "earliest": list(request.earliest_start_files), "replace": list(request.replace_files),
             "update": list(request.update_files), "delete": list(request.delete_files)})
 
     @_rpc("Migrate", sdk.MigrateResponse, lambda r: (r.details.schema, r.details.table))
-    def Migrate(self, request: Any, backend: Backend, schema: str, table: str) -> tuple[Any, str]:
+    def Migrate(self, request: Any, backend: Writers, schema: str, table: str) -> tuple[Any, str]:
         target = migration_target(request.details)
         if target and target != table:  # a copy or rename also writes its target: hold that table too
             with self.locks.hold(backend.store.storage.spec.root, schema, target, timeout=TARGET_LOCK_SECONDS):
-                outcome = migrate(backend.writer, schema, table, request.details, common.DataType.Name)
+                outcome = requests.migrate(backend, schema, table, request.details, common.DataType.Name)
         else:
-            outcome = migrate(backend.writer, schema, table, request.details, common.DataType.Name)
+            outcome = requests.migrate(backend, schema, table, request.details, common.DataType.Name)
         if not outcome.supported:
             return sdk.MigrateResponse(unsupported=True), outcome.detail
         return sdk.MigrateResponse(success=True), outcome.detail

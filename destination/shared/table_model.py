@@ -64,7 +64,7 @@ class TableDef:
     columns: tuple[ColumnDef, ...]
     # how the rows are placed in data files: KEY_RANGES (sorted, non-overlapping key ranges; every table created
     # since placement by key ranges) or HASH_BUCKETS (16 key-hash buckets; older tables, placed anew by their first
-    # write: destination/write/write_path.py `_place_in_ranges`)
+    # write: destination/write/table_writes.py `place_in_ranges`)
     placement: str = "key-ranges"
     bucket_count: int = 16  # HASH_BUCKETS only
     # the columns' field ids as of the version this definition was committed in (destination/shared/field_ids.py):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 from destination.shared import field_ids, logs, phases
 from destination.shared.changes.metadata import ChangeSet
@@ -57,7 +58,10 @@ CLAIM_WAIT_SECONDS = 600.0
 MAX_ATTEMPTS = 8
 RECENT_BATCHES = 20  # batch ids remembered per table to recognise a retried request
 
+R = TypeVar("R")
 Produce = Callable[[TableVersion | None, VersionTarget], PendingVersion | None]
+# a `produce` that also returns a result of its own (its job's counts and timings), handed back with the version
+ProduceWithResult = Callable[[TableVersion | None, VersionTarget], tuple[PendingVersion | None, R]]
 Follow = Callable[[str, TableVersion, int], bool]  # FollowCommit, given the store
 
 
@@ -87,6 +91,14 @@ class Committer:
         to change. It is called again on a fresh base if another writer commits first. Raises
         AlreadyApplied for a `batch` committed before; IncompleteVersion if the latest committed version lacks files.
         """
+        committed, _ = self.write_with_result(schema, table, lambda base, target: (produce(base, target), None),
+                                              batch=batch)
+        return committed
+
+    def write_with_result(self, schema: str, table: str, produce: ProduceWithResult[R], *,
+                          batch: RequestIdentity | None = None) -> tuple[TableVersion | None, R]:
+        """`write` for a `produce` that also returns a result: handed back with the version, from the call that
+        made it (a conflict calls `produce` again on a new base)."""
         return self._write(schema, table, produce, batch, self._reader.load_version)
 
     def repair(self, schema: str, table: str) -> Repair | None:
@@ -104,22 +116,19 @@ class Committer:
         if self._reader.last_complete(schema, table, latest) is None:
             raise UserActionRequired(f"no committed version of {schema}.{table} is complete: nothing to restore; "
                                      f"drop the table (delete its directory) and re-sync it")
-        restored: list[int] = []
-
-        def restore(base: TableVersion | None, target: VersionTarget) -> PendingVersion:
+        def restore(base: TableVersion | None, target: VersionTarget) -> tuple[PendingVersion, int]:
             assert base is not None
-            restored[:] = [base.version]
             return PendingVersion(base.table, [], list(base.files), {
                 "kind": "repair", "restored_version": base.version,
-                "incomplete_versions": list(range(base.version + 1, target.version))})
+                "incomplete_versions": list(range(base.version + 1, target.version))}), base.version
 
-        committed = self._write(schema, table, restore, None, self._reader.last_complete)
+        committed, restored = self._write(schema, table, restore, None, self._reader.last_complete)
         assert committed is not None
-        return Repair(tuple(range(restored[0] + 1, committed.version)), restored[0], committed.version)
+        return Repair(tuple(range(restored + 1, committed.version)), restored, committed.version)
 
     def _write(self, schema: str, table: str,
-               produce: Produce, batch: RequestIdentity | None,
-               load_base: Callable[[str, str, int], TableVersion | None]) -> TableVersion | None:
+               produce: ProduceWithResult[R], batch: RequestIdentity | None,
+               load_base: Callable[[str, str, int], TableVersion | None]) -> tuple[TableVersion | None, R]:
         """The commit protocol around `produce`; `load_base(schema, table, n)` reads the base version."""
         prefix = self._names.table_prefix(schema, table)
         self._names.keep_full_names(schema, table, prefix)
@@ -145,10 +154,10 @@ class Committer:
                     raise AlreadyApplied(base.version)
                 spot = VersionTarget(target, layout.version_dir(prefix, target), layout.changes_dir(prefix, target),
                                      time.time())
-                pending = produce(base, spot)
+                pending, result = produce(base, spot)
                 if pending is None:
                     self._abandon(prefix, target, claim)
-                    return base
+                    return base, result
                 self._fault("after_data_files")
                 with phases.timed("commit"):
                     committed = self._commit(schema, prefix, base, target, claim, pending,
@@ -180,7 +189,7 @@ class Committer:
                                        len(conflicts) + 1, len(conflicts)))
             if followed is not None:
                 raise followed
-            return committed
+            return committed, result
         self._observer(CommitEvent(schema, table, None, attempts=len(conflicts), conflicts=len(conflicts)))
         raise CommitConflict(f"{prefix!r}: gave up after {len(conflicts)} commit conflicts (last: {conflicts[-1]})")
 

@@ -13,7 +13,7 @@ from destination.shared.on_disk.options import Retention as Retention  # re-expo
 from destination.shared.storage.base import Storage
 from destination.store.carry import CarryForward
 from destination.store.claims import CLAIM_LEASE_SECONDS, Claims
-from destination.store.commit import Committer, Follow, Produce
+from destination.store.commit import Committer, Follow, Produce, ProduceWithResult, R
 from destination.store.loading import VersionReader
 from destination.store.retention import VersionRetention
 from destination.store.table_names import TableNames
@@ -98,6 +98,11 @@ class TableStore:
               batch: RequestIdentity | None = None) -> TableVersion | None:
         """Run `produce(base, target)` and commit what it returns as the next version (Committer.write)."""
         return self._commits.write(schema, table, produce, batch=batch)
+
+    def write_with_result(self, schema: str, table: str, produce: ProduceWithResult[R], *,
+                          batch: RequestIdentity | None = None) -> tuple[TableVersion | None, R]:
+        """`write` for a `produce` that also returns a result of its own (Committer.write_with_result)."""
+        return self._commits.write_with_result(schema, table, produce, batch=batch)
 
     def repair(self, schema: str, table: str) -> Repair | None:
         """Commit the newest complete version again when the latest one is incomplete (Committer.repair)."""

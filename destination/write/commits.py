@@ -1,0 +1,85 @@
+"""A table change's commit: what its producer returns becomes the next version, with the version's change files
+completed first when change files are on (the store writes them before its commit record)."""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from destination.shared import phases
+from destination.shared.changes.change_settings import ChangeSettings
+from destination.shared.changes.files import STAGING, write_empty
+from destination.shared.changes.metadata import (
+    KIND_ROWS,
+    KIND_SNAPSHOT,
+    ZERO_TOTALS,
+    ChangeFile,
+    ChangeSet,
+    change_set,
+)
+from destination.store.table_store import TableStore
+from destination.store.versions import PendingVersion, RequestIdentity, TableVersion, VersionTarget
+from destination.write.jobs import JobRunner
+from spark_jobs.contracts import FormatChangesUnit, SnapshotChangesUnit
+from spark_jobs.tasks.per_file import format_changes_task, snapshot_changes_task
+
+R = TypeVar("R")
+Producer = Callable[[TableVersion | None, VersionTarget], PendingVersion | None]
+ProducerWithResult = Callable[[TableVersion | None, VersionTarget], tuple[PendingVersion | None, R]]
+
+
+class Committer:
+    """Commits versions through the store, completing their change files."""
+
+    def __init__(self, store: TableStore, jobs: JobRunner, changes: ChangeSettings) -> None:
+        self._store = store
+        self._jobs = jobs
+        self._changes = changes
+
+    def commit(self, schema: str, name: str, produce: Producer, *,
+               batch: RequestIdentity | None = None) -> TableVersion | None:
+        """Commit what `produce` returns as the next version of `name` (the store calls `produce` again on a new
+        base after a conflict)."""
+        committed, _ = self.commit_with_result(schema, name, lambda base, target: (produce(base, target), None),
+                                               batch=batch)
+        return committed
+
+    def commit_with_result(self, schema: str, name: str, produce: ProducerWithResult[R], *,
+                           batch: RequestIdentity | None = None) -> tuple[TableVersion | None, R]:
+        """`commit` for a `produce` that also returns its job's result (counts, timings): handed back with the
+        version it committed (or, with nothing to commit, the latest)."""
+        def produce_with_changes(base: TableVersion | None, target: VersionTarget) -> tuple[PendingVersion | None, R]:
+            pending, result = produce(base, target)
+            if pending is not None and self._changes.enabled:
+                pending.changes = self._complete_changes(schema, base, target, pending)
+            return pending, result
+        return self._store.write_with_result(schema, name, produce_with_changes, batch=batch)
+
+    def _complete_changes(self, schema: str, base: TableVersion | None, target: VersionTarget,
+                          pending: PendingVersion) -> ChangeSet:
+        """Snapshot a version whose tasks wrote no change files; format staged Arcion events with their running
+        totals (a second job: the totals of a bucket depend on the buckets before it); describe the directory."""
+        table = pending.table
+        parts = pending.change_parts
+        if parts is None:  # the version's files came without a Spark task (a table copy, a new empty table)
+            units = [SnapshotChangesUnit(directory=target.directory, file=f) for f in pending.new_files if f.rows]
+            if base is not None:
+                units += [SnapshotChangesUnit(directory=base.directory, file=f) for f in pending.carried if f.rows]
+            parts = self._jobs.run(snapshot_changes_task, schema, base, target, table, units,
+                                   f"snapshot changes {schema}.{table.name}").change_parts(KIND_SNAPSHOT)
+        before = dict(base.change_totals) if base else {}
+        files: Sequence[ChangeFile] = parts.files
+        if parts.kind == KIND_ROWS and self._changes.is_arcion and files:
+            running = {k: before.get(k, 0) for k in ZERO_TOTALS}
+            staged = []
+            for part in files:
+                staged.append(FormatChangesUnit(part=part, totals_before=dict(running)))
+                for k, v in part.counts.items():
+                    running[k] = running.get(k, 0) + v
+            files = self._jobs.run(format_changes_task, schema, base, target, table, staged,
+                                   f"format changes {schema}.{table.name}", KIND_ROWS).changes
+            self._store.storage.delete_prefix(f"{target.changes_directory}/{STAGING}")
+        if not files:
+            with phases.timed("change_files"):
+                files = [write_empty(self._store.storage, self._jobs.change_target(schema, target, parts.kind), table)]
+        return change_set(schema, table, self._changes, parts.kind, target.version, int(target.timestamp * 1_000_000),
+                          files, before, parts.noop_updates)

@@ -1,0 +1,130 @@
+"""One entry per table RPC on the driver: what a request decides, in the order it decides it.
+
+The handlers (destination/rpc/service.py) convert the request into these functions' arguments, call one of them and
+convert what it returns into the answer and its log line; the table's lock, metrics and logs stay with them.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from destination.shared.batch.reader import FileFormat
+from destination.shared.errors import BadRequest, UserActionRequired
+from destination.shared.table_model import ColumnDef, TableDef
+from destination.store.table_store import TableStore
+from destination.store.versions import AlreadyApplied, TableVersion
+from destination.write import migrations
+from destination.write.batches import BatchPlan, check_mode, files_format, plan_batch
+from destination.write.outcome import Outcome
+from destination.write.staging import staged_for_executors
+from destination.write.writers import Writers
+
+
+@dataclass(frozen=True)
+class BatchRequest:
+    """A WriteBatch or WriteHistoryBatch, as the write needs it."""
+
+    rpc: str  # WRITE_BATCH or WRITE_HISTORY_BATCH: the table's mode must match it
+    schema: str
+    table: str
+    columns: tuple[ColumnDef, ...]  # the request's definition: columns the table lacks are added first (§10.10)
+    files: dict[str, list[str]]  # by role (earliest, replace, update, delete), in request order
+    keys: dict[str, bytes]  # each file's decryption key
+    file_format: FileFormat  # the request's file_params
+
+
+@dataclass(frozen=True)
+class BatchWritten:
+    """A batch merged (or found to hold no rows): what the handler logs and observes."""
+
+    files: int
+    table: TableDef  # the table as the request found it (column types for the failure metrics)
+    outcome: Outcome
+
+
+@dataclass(frozen=True)
+class BatchRetried:
+    """A retried request: its batch was applied before, by `version`; nothing was written."""
+
+    files: int
+    version: int
+
+
+def write_batch(writers: Writers, request: BatchRequest, server_format: str, spark_master: str,
+                planned: Callable[[BatchPlan], None]) -> BatchWritten | BatchRetried:
+    """WriteBatch and WriteHistoryBatch: the table's mode, its missing columns added (a version of their own), the
+    files' format and plan (`planned` sees it before any row moves: progress lines, the status page), a retry
+    recognised before anything is staged, the files staged for a cluster's executors, then the merge (which first
+    places a table still in key-hash buckets in key ranges, a version of its own: the base it finds under the
+    store's claim decides that). docs/ARCHITECTURE.md "Versions of one request" says why these are separate."""
+    store, schema, table = writers.store, request.schema, request.table
+    current = check_mode(store.load(schema, table), request.rpc)
+    writers.tables.ensure_columns(schema, current, request.columns)  # a version of its own
+    plan = plan_batch(request.files, request.keys, files_format(request.files, request.file_format, server_format))
+    planned(plan)
+    started = time.perf_counter()
+    try:
+        if plan.identity.seen_in(current.recent_batches):  # a retry: known before anything is staged for a cluster
+            raise AlreadyApplied(current.version)  # (the store checks again under its claim, for races)
+        with staged_for_executors(plan, store.storage, spark_master) as staged_plan:
+            staging_seconds = time.perf_counter() - started
+            outcome = writers.writes.write_batch(schema, table, staged_plan, request.rpc)
+    except AlreadyApplied as done:
+        _follow_up(store, schema, table)  # the first try may have died between its commit and the formats/catalog
+        return BatchRetried(len(plan.files), done.version)
+    if staged_plan is not plan:  # files staged for a cluster's executors: the copy's time is the write's too
+        outcome = replace(outcome, timings={**outcome.timings, "staging": staging_seconds})
+    return BatchWritten(len(plan.files), current.table, outcome)
+
+
+def describe_table(writers: Writers, schema: str, table: str) -> TableVersion | None:
+    """The table's latest version (None: no such table), its formats and catalog entry caught up first."""
+    current = writers.store.load(schema, table)
+    if current is not None:
+        writers.store.follow_up(current)  # formats and catalog left behind by a crash or an outage
+    return current
+
+
+def create_table(writers: Writers, schema: str, definition: TableDef) -> bool:
+    """True: created; False: it exists with this definition (a retried call). Another definition is refused."""
+    created, difference = writers.tables.create_table(schema, definition)
+    if created:
+        return True
+    if difference:
+        raise UserActionRequired(f"the table already exists with another definition: {difference}. "
+                                 "Use AlterTable, or drop the table first")
+    _follow_up(writers.store, schema, definition.name)  # its first try may have died before the formats and catalog
+    return False
+
+
+def alter_table(writers: Writers, schema: str, definition: TableDef, drop_columns: bool) -> Outcome:
+    return writers.tables.alter_table(schema, definition, drop_columns)
+
+
+def truncate(writers: Writers, schema: str, table: str, synced_column: str, cutoff_us: int,
+             deleted_column: str | None) -> Outcome:
+    """Rows synced before the cutoff removed, or (`deleted_column`) marked deleted, the column added first (a
+    version of its own) when the table lacks it; version None: no such table."""
+    current = writers.store.load(schema, table)
+    if current is None:
+        return Outcome(None)
+    if current.table.column(synced_column) is None:
+        raise BadRequest(f"Truncate {schema}.{table}: no column {synced_column!r}")
+    if deleted_column and current.table.column(deleted_column) is None:
+        writers.tables.ensure_columns(schema, current, [ColumnDef(deleted_column, "BOOLEAN")])
+    return writers.writes.truncate(schema, table, synced_column, cutoff_us, deleted_column)
+
+
+def migrate(writers: Writers, schema: str, table: str, details: Any, type_name: Any) -> migrations.MigrationOutcome:
+    """One Migrate operation (destination/write/migrations.py); a copy or rename also writes its target table,
+    whose lock the caller holds."""
+    return migrations.migrate(writers.store, writers.tables, schema, table, details, type_name)
+
+
+def _follow_up(store: TableStore, schema: str, table: str) -> None:
+    latest = store.load(schema, table)
+    if latest is not None:
+        store.follow_up(latest)
+

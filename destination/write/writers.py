@@ -1,0 +1,36 @@
+"""The driver's parts that change a root's tables, assembled for one configuration (its change files, placement
+and small-request settings): what the entries of destination/write/requests.py work with."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pyspark.sql import SparkSession
+
+from destination.shared.changes.change_settings import ChangeSettings
+from destination.shared.settings import SMALL_REQUEST_BYTES
+from destination.store.table_store import TableStore
+from destination.write.commits import Committer
+from destination.write.jobs import JobRunner, PlacementSettings
+from destination.write.sorted_runs import SortedRuns
+from destination.write.table_definitions import TableDefinitions
+from destination.write.table_writes import TableWrites
+
+
+@dataclass(frozen=True)
+class Writers:
+    store: TableStore
+    tables: TableDefinitions  # CreateTable, AlterTable, added columns, the migrations' rewrites
+    writes: TableWrites  # WriteBatch's merge, placement in key ranges, Truncate
+
+
+def writers(store: TableStore, spark: Callable[[], SparkSession], changes: ChangeSettings | None = None,
+            small_request: int = SMALL_REQUEST_BYTES, placement: PlacementSettings | None = None) -> Writers:
+    """`small_request`: batch files up to this size (as sent) are decoded on the driver."""
+    changes = changes or ChangeSettings()
+    placement = placement or PlacementSettings()
+    jobs = JobRunner(store.storage.spec, spark, changes, placement)
+    commits = Committer(store, jobs, changes)
+    runs = SortedRuns(jobs, store.storage, placement)
+    return Writers(store, TableDefinitions(store, jobs, commits),
+                   TableWrites(jobs, runs, commits, changes, small_request))
