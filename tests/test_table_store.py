@@ -213,3 +213,29 @@ def test_only_columns_whose_values_repeat_are_dictionary_encoded(storage: Storag
     assert any("DICTIONARY" in e for e in encodings["city"])
     assert not any("DICTIONARY" in e for e in encodings["id"] + encodings["email"])
     assert read_data_file(storage, "d", names[0]).equals(rows)
+
+
+def test_a_writer_whose_claim_was_taken_over_leaves_the_takers_version_as_committed(store: TableStore) -> None:
+    """A writer that outlived its claim (another writer took the version over and committed it while this one
+    prepared it) must not write its metadata into the committed version's directory: it finds the claim lost before
+    writing anything there and redoes its work on the new base."""
+    storage = store.storage
+    store.write(SCHEMA, "events", appender(storage, 1))
+    tries: list[int] = []
+
+    def produce(base: TableVersion | None, target: VersionTarget) -> PendingVersion:
+        assert base is not None
+        tries.append(base.version)
+        if len(tries) == 1:  # meanwhile a writer that sees our claim as stale takes version 2 over and commits it
+            taker = TableStore(storage, claim_lease_seconds=0.0).write(SCHEMA, "events", appender(storage, 100))
+            assert taker is not None and taker.version == 2
+        return appender(storage, 10 * len(tries))(base, target)
+
+    committed = store.write(SCHEMA, "events", produce)
+    assert committed is not None and committed.version == 3 and tries == [1, 2]
+    second = store.load(SCHEMA, "events", version=2)
+    assert second is not None
+    assert ids(store, second) == [1, 2, 3, 100, 101, 102]  # the taker's version, as it committed it
+    assert validate_version(storage, second.directory) == []
+    latest = store.load(SCHEMA, "events")
+    assert latest is not None and ids(store, latest) == [1, 2, 3, 20, 21, 22, 100, 101, 102]

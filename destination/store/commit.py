@@ -57,6 +57,7 @@ from destination.store.versions import (
 CLAIM_WAIT_SECONDS = 600.0
 MAX_ATTEMPTS = 8
 RECENT_BATCHES = 20  # batch ids remembered per table to recognise a retried request
+RECHECK_AFTER_SECONDS = 1.0  # the claim is checked again before the metadata when the files took longer than this
 
 R = TypeVar("R")
 Produce = Callable[[TableVersion | None, VersionTarget], PendingVersion | None]
@@ -197,6 +198,15 @@ class Committer:
                 pending: PendingVersion, batch_id: str | None, committed_at: float) -> TableVersion:
         s = self.storage
         directory = layout.version_dir(prefix, target)
+        # the version's directories are shared with whoever takes the claim over: a writer that outlived its claim
+        # (another committed the version meanwhile) must not write its metadata over the committed version's
+        try:
+            self._check_claim(prefix, target, generation)
+        except LostClaim:  # its new files (names of its own) go too: a directory reader would take them for rows
+            for f in pending.new_files:
+                s.delete(file_path(directory, f))
+            raise
+        checked = time.monotonic()
         if pending.changes is not None:
             with phases.timed("change_files"):
                 self._write_changes(prefix, target, pending.changes)
@@ -209,6 +219,8 @@ class Committer:
                                      pending.table, None)]
         totals = pending.changes.totals if pending.changes is not None else dict(base.change_totals if base else {})
         recent = (*(base.recent_batches if base else ()), *((batch_id,) if batch_id else ()))[-RECENT_BATCHES:]
+        if time.monotonic() - checked > RECHECK_AFTER_SECONDS:  # a long carry-forward (S3 copies): again
+            self._check_claim(prefix, target, generation)
         with phases.timed("metadata"):
             schema_doc = records.dumps(records.schema_json(pending.table))
             s.write_bytes(f"{directory}/{records.SCHEMA_JSON}", schema_doc)
@@ -237,11 +249,14 @@ class Committer:
         return TableVersion(schema=schema, version=target, table=pending.table, files=tuple(files), prefix=prefix,
                             committed_at=committed_at, recent_batches=recent, change_totals=totals)
 
+    def _check_claim(self, prefix: str, target: int, generation: int) -> None:
+        if not self._claims.holds(prefix, target, generation):
+            raise LostClaim(f"{prefix!r}: another writer took over version {target} while this write prepared it")
+
     def _check_before_commit(self, prefix: str, target: int, generation: int, files: list[DataFile],
                              changes: ChangeSet | None) -> None:
         """Only the claim's holder commits, and only a version holding every file its manifests list."""
-        if not self._claims.holds(prefix, target, generation):
-            raise LostClaim(f"{prefix!r}: another writer took over version {target} while this write prepared it")
+        self._check_claim(prefix, target, generation)
         missing = self._reader.missing_of_version(layout.version_dir(prefix, target), files)
         if changes is not None:
             directory = layout.changes_dir(prefix, target)
