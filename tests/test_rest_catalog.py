@@ -1,0 +1,187 @@
+"""The `rest` catalog against SeaweedFS's Iceberg REST catalog (the S3 server the tests start; OAuth2 client
+credentials), read back through pyiceberg's RestCatalog.
+
+SeaweedFS holds tables only inside its table buckets: it refuses `register_table` of a metadata file anywhere
+else (400 "metadata-location must be within bucket warehouse"), and a table bucket takes objects only under
+`<namespace>/<table>/data|metadata/`, where the records layout does not fit. So its register is tested as that
+refusal (a Task naming the catalog), and the moves as they run on an entry the catalog made itself (an empty
+table of `create_table`, which the destination takes over): every commit a `commit_table` of the catalog's
+metadata into the records version's."""
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from destination.catalogs.base import CatalogRefused, CatalogUnavailable
+from destination.catalogs.catalog_settings import CatalogSettings, catalog_settings
+from destination.catalogs.kinds import follow_hook
+from destination.catalogs.rest import VERSION_PROPERTY, RestCatalog
+from destination.shared.on_disk import layout
+from destination.shared.on_disk.datafiles import write_data_file
+from destination.shared.on_disk.options import TABLE_FORMATS
+from destination.shared.storage.base import Storage
+from destination.shared.table_model import ColumnDef
+from destination.store.table_store import PendingVersion, Retention, TableStore, TableVersion, VersionTarget
+from destination.table_formats.iceberg import file_io_properties
+from testbed.s3server import ACCESS_KEY, SECRET_KEY, S3Server, free_port
+from tests.conftest import TABLE_BUCKET
+from tests.test_table_store import TABLE, appender
+
+WAREHOUSE = f"s3://{TABLE_BUCKET}/"
+WIDER = replace(TABLE, columns=(*TABLE.columns, ColumnDef("extra", "STRING")))
+
+
+def configuration(server: S3Server, **changes: str) -> dict[str, str]:
+    return {"catalog": "rest", "rest_uri": server.iceberg_endpoint, "rest_warehouse": WAREHOUSE,
+            "rest_client_id": ACCESS_KEY, "rest_client_secret": SECRET_KEY, **changes}
+
+
+def settings_for(storage: Storage, server: S3Server, **changes: str) -> CatalogSettings:
+    spec = storage.spec
+    return catalog_settings(configuration(server, **changes), spec.s3_region, spec.access_key_id,
+                            spec.secret_access_key, spec.s3_endpoint)
+
+
+def rest_store(storage: Storage, server: S3Server, **options: Any) -> TableStore:
+    return TableStore(storage, follow=follow_hook(TABLE_FORMATS, settings_for(storage, server)), **options)
+
+
+def reader(storage: Storage, server: S3Server) -> Any:
+    """pyiceberg's own RestCatalog on the same catalog: what Spark's and Trino's REST catalogs read."""
+    from pyiceberg.catalog.rest import RestCatalog as PyicebergRest
+
+    return PyicebergRest("reader", uri=server.iceberg_endpoint, warehouse=WAREHOUSE,
+                         credential=f"{ACCESS_KEY}:{SECRET_KEY}",
+                         **{"oauth2-server-uri": f"{server.iceberg_endpoint}/v1/oauth/tokens"},
+                         **file_io_properties(storage.spec))
+
+
+def made_by_the_catalog(storage: Storage, server: S3Server) -> str:
+    """A namespace of this test's with an empty table `events` the catalog made (in its table bucket)."""
+    namespace = f"rest_{uuid.uuid4().hex[:8]}"  # the catalog is shared by the tests
+    catalog = reader(storage, server)
+    catalog.create_namespace(namespace)
+    catalog.create_table((namespace, "events"), schema=pa.schema([("id", pa.int64())]))
+    return namespace
+
+
+def metadata_of(storage: Storage, schema: str, version: int) -> str:
+    return storage.url(f"{layout.table_prefix(schema, 'events')}/metadata/v{version}.metadata.json")
+
+
+def ids(table: Any, snapshot: int | None = None) -> list[int]:
+    return sorted(table.scan(snapshot_id=snapshot).to_arrow().column("id").to_pylist())
+
+
+def widened(storage: Storage, first_id: int) -> Any:
+    """An ALTER TABLE … ADD COLUMN extra: the version of WIDER, its rows rewritten in one file."""
+    def produce(base: TableVersion | None, target: VersionTarget) -> PendingVersion:
+        n = 2
+        rows = pa.table({"id": pa.array(range(first_id, first_id + n), pa.int64()), "v": ["a"] * n,
+                         "_fivetran_synced": pa.array([1_700_000_000_000_000] * n, pa.timestamp("us", tz="UTC")),
+                         "extra": ["x"] * n, "_destination_meta": pa.nulls(n, pa.string())})
+        new = write_data_file(storage, target.directory, layout.data_file_name(9), rows, WIDER, 9)
+        return PendingVersion(WIDER, [new], [], {"kind": "test"})
+    return produce
+
+
+def test_register_outside_a_table_bucket_is_a_task_quoting_the_catalogs_refusal(storage: Storage,
+                                                                               s3_server: S3Server) -> None:
+    schema = f"rest_{uuid.uuid4().hex[:8]}"
+    with pytest.raises(CatalogRefused) as refused:
+        rest_store(storage, s3_server).write(schema, "events", appender(storage, 0))
+    message = str(refused.value)
+    assert f"rest catalog 'fivetran' ({s3_server.iceberg_endpoint}, warehouse {WAREHOUSE})" in message
+    assert "metadata-location" in message  # SeaweedFS's answer: the file is not inside its table bucket
+    if storage.spec.is_s3:
+        assert "metadata-location must be within bucket warehouse" in message
+    assert SECRET_KEY not in message
+    assert TableStore(storage).latest_version_number(layout.table_prefix(schema, "events")) == 1
+
+
+def test_each_commit_moves_the_entry_and_time_travel_reads_the_previous_version(storage: Storage,
+                                                                                 s3_server: S3Server) -> None:
+    schema = made_by_the_catalog(storage, s3_server)
+    store = rest_store(storage, s3_server)
+    store.write(schema, "events", appender(storage, 0))
+    table = reader(storage, s3_server).load_table((schema, "events"))
+    assert table.properties[VERSION_PROPERTY] == metadata_of(storage, schema, 1)
+    assert ids(table) == [0, 1, 2]
+    store.write(schema, "events", appender(storage, 10))
+    table = reader(storage, s3_server).load_table((schema, "events"))
+    assert table.metadata_location.startswith(WAREHOUSE)  # the catalog's own metadata file
+    assert table.properties[VERSION_PROPERTY] == metadata_of(storage, schema, 2)
+    assert ids(table) == [0, 1, 2, 10, 11, 12]
+    assert ids(table, snapshot=1) == [0, 1, 2]  # time travel through the entry
+    assert [s.snapshot_id for s in table.metadata.snapshots] == [1, 2]
+
+
+def test_an_alter_makes_the_table_schema_the_catalogs_and_retention_expires_its_snapshots(
+        storage: Storage, s3_server: S3Server) -> None:
+    schema = made_by_the_catalog(storage, s3_server)
+    store = rest_store(storage, s3_server, retention=Retention(keep_versions=2, min_age_seconds=0))
+    store.write(schema, "events", appender(storage, 0))
+    store.write(schema, "events", appender(storage, 10))
+    store.write(schema, "events", widened(storage, 20))
+    table = reader(storage, s3_server).load_table((schema, "events"))
+    assert [f.name for f in table.schema().fields] == ["id", "v", "_fivetran_synced", "extra", "_destination_meta"]
+    assert table.scan().to_arrow().column("extra").to_pylist() == ["x", "x"]
+    assert ids(table) == [20, 21]
+    assert [s.snapshot_id for s in table.metadata.snapshots] == [2, 3]  # version 1's retired: removed
+    assert ids(table, snapshot=2) == [0, 1, 2, 10, 11, 12]
+
+
+def test_a_move_guarded_by_a_stale_entry_is_refused_by_the_catalog(storage: Storage, s3_server: S3Server) -> None:
+    """The move's requirements (main at the snapshot read): another writer's move in between fails it."""
+    schema = made_by_the_catalog(storage, s3_server)
+    store = rest_store(storage, s3_server)
+    store.write(schema, "events", appender(storage, 0))
+    catalog = RestCatalog(settings_for(storage, s3_server))
+    assert catalog.location(schema, "events") == metadata_of(storage, schema, 1)
+    # a writer holding the entry at version 1 while another moved it on: the metadata names version 1
+    store.write(schema, "events", appender(storage, 10))
+    assert not catalog.advance(schema, "events", metadata_of(storage, schema, 2), metadata_of(storage, schema, 1),
+                               TABLE)
+    from pyiceberg.exceptions import CommitFailedException
+
+    from destination.catalogs.rest import commit_of
+
+    rest = catalog._rest()
+    current = rest.load_table((schema, "events"))
+    stale = current.metadata.model_copy(update={"current_snapshot_id": 1})
+    requirements, updates = commit_of(stale, current.metadata, metadata_of(storage, schema, 2))
+    with pytest.raises(CommitFailedException):
+        rest.commit_table(current, requirements, updates)
+
+
+def test_drop_removes_the_entry(storage: Storage, s3_server: S3Server) -> None:
+    schema = made_by_the_catalog(storage, s3_server)
+    store = rest_store(storage, s3_server)
+    store.write(schema, "events", appender(storage, 0))
+    catalog = reader(storage, s3_server)
+    assert catalog.list_tables(schema) == [(schema, "events")]
+    store.drop(schema, "events")
+    assert catalog.list_tables(schema) == []
+
+
+def test_wrong_credentials_are_a_task_naming_the_catalog_without_the_secret(storage: Storage,
+                                                                            s3_server: S3Server) -> None:
+    settings = settings_for(storage, s3_server, rest_client_secret="wrong-secret-value")
+    with pytest.raises(CatalogRefused) as refused:
+        TableStore(storage, follow=follow_hook(TABLE_FORMATS, settings)).write("rest_refused", "events",
+                                                                               appender(storage, 0))
+    message = str(refused.value)
+    assert f"rest catalog 'fivetran' ({s3_server.iceberg_endpoint}" in message
+    assert "wrong-secret-value" not in message and "Invalid client credentials" in message
+    assert TableStore(storage).latest_version_number(layout.table_prefix("rest_refused", "events")) == 1
+
+
+def test_an_unreachable_catalog_is_unavailable_after_the_retries(storage: Storage, s3_server: S3Server) -> None:
+    settings = settings_for(storage, s3_server, rest_uri=f"http://127.0.0.1:{free_port()}")
+    with pytest.raises(CatalogUnavailable) as unavailable:
+        RestCatalog(settings).location("rest_x", "events")
+    assert "is unreachable after 4 attempts" in str(unavailable.value)
