@@ -185,3 +185,27 @@ def test_an_unreachable_catalog_is_unavailable_after_the_retries(storage: Storag
     with pytest.raises(CatalogUnavailable) as unavailable:
         RestCatalog(settings).location("rest_x", "events")
     assert "is unreachable after 4 attempts" in str(unavailable.value)
+
+
+def test_the_rest_fields_are_checked_and_the_credentials_kept_out_of_reprs() -> None:
+    from destination.shared.errors import UserActionRequired
+
+    base = {"catalog": "rest", "rest_uri": "https://catalog.example.com/api/catalog/"}
+    with pytest.raises(UserActionRequired, match="'rest_uri' must be the Iceberg REST catalog's URL"):
+        catalog_settings({"catalog": "rest"})
+    with pytest.raises(UserActionRequired, match="need both"):
+        catalog_settings({**base, "rest_client_id": "id"})
+    with pytest.raises(UserActionRequired, match="not both"):
+        catalog_settings({**base, "rest_client_id": "id", "rest_client_secret": "s", "rest_token": "t"})
+    settings = catalog_settings({**base, "rest_client_id": "id", "rest_client_secret": "client-secret-x",
+                                 "rest_scope": "PRINCIPAL_ROLE:ALL", "s3_endpoint": "http://s3.local:9000"},
+                                "eu-west-1", "AKIDEXAMPLE", "s3-secret-y")
+    assert "client-secret-x" not in repr(settings) and "s3-secret-y" not in repr(settings)
+    catalog = RestCatalog(settings)
+    assert catalog.described == "rest catalog 'fivetran' (https://catalog.example.com/api/catalog)"
+    properties = catalog._properties()
+    assert properties["credential"] == "id:client-secret-x" and properties["scope"] == "PRINCIPAL_ROLE:ALL"
+    assert properties["oauth2-server-uri"] == "https://catalog.example.com/api/catalog/v1/oauth/tokens"
+    assert properties["s3.endpoint"] == "http://s3.local:9000" and properties["s3.secret-access-key"] == "s3-secret-y"
+    token = RestCatalog(catalog_settings({**base, "rest_token": "bearer-z"}))._properties()
+    assert token["token"] == "bearer-z" and "credential" not in token and "s3.endpoint" not in token
