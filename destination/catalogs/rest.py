@@ -186,15 +186,17 @@ def commit_of(current: Any, target: Any, location: str) -> tuple[tuple[Any, ...]
                     AssertRefSnapshotId.model_validate({"ref": MAIN, "snapshot-id": current.current_snapshot_id}),
                     AssertCurrentSchemaId.model_validate({"current-schema-id": current.current_schema_id}))
     updates: list[Any] = []
-    schema = target.schema()
-    same = [s for s in current.schemas if s.fields == schema.fields]
-    if not same:
-        updates += [AddSchemaUpdate.model_validate({"schema": schema}),
-                    SetCurrentSchemaUpdate.model_validate({"schema-id": -1})]  # -1: the schema just added
-    elif current.current_schema_id != same[-1].schema_id:
-        updates.append(SetCurrentSchemaUpdate.model_validate({"schema-id": same[-1].schema_id}))
+    ids = schema_ids(current, target)
+    catalog_ids = {s.schema_id for s in current.schemas}
+    for ours in target.schemas:
+        if ids[ours.schema_id] not in catalog_ids:
+            updates.append(AddSchemaUpdate.model_validate({"schema": ours.model_copy(
+                update={"schema_id": ids[ours.schema_id]})}))
+    if ids[target.current_schema_id] != current.current_schema_id:
+        updates.append(SetCurrentSchemaUpdate.model_validate({"schema-id": ids[target.current_schema_id]}))
     held = {s.snapshot_id for s in current.snapshots}
-    updates += [AddSnapshotUpdate(snapshot=s) for s in target.snapshots if s.snapshot_id not in held]
+    updates += [AddSnapshotUpdate(snapshot=s.model_copy(update={"schema_id": ids.get(s.schema_id, s.schema_id)}))
+                for s in target.snapshots if s.snapshot_id not in held]
     if target.current_snapshot_id is not None and target.current_snapshot_id != current.current_snapshot_id:
         updates.append(SetSnapshotRefUpdate.model_validate({"ref-name": MAIN, "type": "branch",
                                                             "snapshot-id": target.current_snapshot_id}))
@@ -207,3 +209,20 @@ def commit_of(current: Any, target: Any, location: str) -> tuple[tuple[Any, ...]
     if gone:
         updates.append(RemovePropertiesUpdate(removals=gone))
     return requirements, tuple(updates)
+
+
+def schema_ids(current: Any, target: Any) -> dict[int, int]:
+    """Each schema id of `target` → the catalog's id of that schema: an existing schema of the same fields (of
+    the same id first), else the next new id, as catalogs number an added schema (Iceberg's Java library: the
+    highest id + 1, the id sent ignored). A table registered from its metadata file holds its ids unchanged; an
+    entry the catalog made (its own schema 0) shifts them. Snapshots name their schema by the catalog's id."""
+    ids: dict[int, int] = {}
+    next_id = max((s.schema_id for s in current.schemas), default=-1) + 1
+    for ours in target.schemas:
+        same = sorted((s for s in current.schemas if s.fields == ours.fields),
+                      key=lambda s: (s.schema_id != ours.schema_id, -s.schema_id))
+        if same:
+            ids[ours.schema_id] = same[0].schema_id
+        else:
+            ids[ours.schema_id], next_id = next_id, next_id + 1
+    return ids
