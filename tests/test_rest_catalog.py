@@ -248,3 +248,18 @@ def test_every_tester_table_taken_into_the_rest_catalog_holds_its_latest_rows(  
             common = [c for c in columns_in(previous.table, "iceberg") if c in columns]
             travelled = table.scan(snapshot_id=previous.version).to_arrow()
             assert rows(travelled, common) == rows(records_rows(storage, previous), common), f"{name} time travel"
+
+
+def test_a_catalog_that_never_answers_is_unavailable_not_a_hang(storage: Storage, s3_server: S3Server,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    import destination.catalogs.rest as rest
+
+    monkeypatch.setattr(rest, "TIMEOUT_SECONDS", (1.0, 0.5))
+    with socket.socket() as silent:  # listens (connections complete in the backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        settings = settings_for(storage, s3_server, rest_uri=f"http://127.0.0.1:{silent.getsockname()[1]}")
+        with pytest.raises(CatalogUnavailable, match="ReadTimeout"):
+            RestCatalog(settings).location("rest_x", "events")

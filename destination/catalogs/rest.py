@@ -29,6 +29,7 @@ from destination.catalogs.catalog_settings import CatalogSettings
 from destination.shared.table_model import TableDef
 
 VERSION_PROPERTY = "records-destination.metadata-location"
+TIMEOUT_SECONDS = (5.0, 30.0)  # connect, read: a catalog that accepts and never answers is unavailable, not a hang
 MAIN = "main"
 _WRITER_PROPERTIES = ("schema.name-mapping.default", "fivetran.primary-key", "comment")  # removed when ours lack them
 
@@ -82,9 +83,7 @@ class RestCatalog:
         """pyiceberg's RestCatalog, opened at first use (its config call and token): a catalog down when the server
         starts is found by the first request that needs it."""
         if self._catalog is None:
-            from pyiceberg.catalog.rest import RestCatalog as PyicebergRest
-
-            self._catalog = self._call(lambda: PyicebergRest(self.settings.name, **self._properties()))
+            self._catalog = self._call(lambda: _timed_rest_catalog(self.settings.name, self._properties()))
         return self._catalog
 
     def _call(self, action: Any) -> Any:
@@ -112,10 +111,11 @@ class RestCatalog:
         catalog = self._rest()
 
         def register() -> None:
-            try:
-                catalog.create_namespace(namespace)
-            except NamespaceAlreadyExistsError:
-                pass
+            if not catalog.namespace_exists(namespace):  # a principal may read namespaces it cannot create
+                try:
+                    catalog.create_namespace(namespace)
+                except NamespaceAlreadyExistsError:  # created meanwhile by another writer
+                    pass
             try:
                 catalog.register_table((namespace, name), location)
             except TableAlreadyExistsError:  # registered meanwhile: the caller reads it again
@@ -164,6 +164,25 @@ class RestCatalog:
             except (NoSuchTableError, NoSuchNamespaceError):
                 pass
         self._call(drop)
+
+
+def _timed_rest_catalog(name: str, properties: dict[str, str]) -> Any:
+    """pyiceberg's RestCatalog whose requests time out (it sets none, and has no property for one). Each of its
+    sessions (the config call's included) is handed to `_create_legacy_oauth2_auth_manager` before its first
+    request, the OAuth2 token's (the auth used when no `auth` property is given, as here): the timeout goes on
+    there."""
+    from pyiceberg.catalog.rest import RestCatalog as PyicebergRest
+
+    class TimedRestCatalog(PyicebergRest):
+        def _create_legacy_oauth2_auth_manager(self, session: Any) -> Any:
+            request = session.request
+
+            def timed(method: str, url: str, **kwargs: Any) -> Any:
+                return request(method, url, **{"timeout": TIMEOUT_SECONDS, **kwargs})
+            session.request = timed
+            return super()._create_legacy_oauth2_auth_manager(session)
+
+    return TimedRestCatalog(name, **properties)
 
 
 def commit_of(current: Any, target: Any, location: str) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
