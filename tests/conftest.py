@@ -21,6 +21,7 @@ from testbed.s3server import ACCESS_KEY, SECRET_KEY, S3Server, start_seaweedfs
 from tests import serverproc
 
 BUCKET = "records-tests"
+TABLE_BUCKET = "warehouse"  # an S3 Tables bucket: the warehouse of SeaweedFS's Iceberg REST catalog
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -42,7 +43,7 @@ def spark():  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[S3Server]:
-    server = start_seaweedfs()
+    server = start_seaweedfs((TABLE_BUCKET,))
     server.create_bucket(BUCKET)
     yield server
     server.stop()

@@ -404,18 +404,20 @@ def test_the_form_shows_each_kinds_fields_only_when_it_is_chosen_and_credentials
     from destination.shared.on_disk.options import store_options
 
     fields = {f.name: f for f in configuration_form().fields}
-    assert list(fields["catalog"].dropdown_field.dropdown_field) == ["none", "sql", "glue"]
+    assert list(fields["catalog"].dropdown_field.dropdown_field) == ["none", "sql", "glue", "rest"]
     assert fields["catalog"].default_value == "none"
     shown = {f.conditional_fields.condition.string_value: {g.name: g for g in f.conditional_fields.fields}
              for f in fields.values() if f.HasField("conditional_fields")}
-    assert set(shown) == {"sql", "glue"}
+    assert set(shown) == {"sql", "glue", "rest"}
     assert all(f.conditional_fields.condition.condition_field == "catalog"
                for f in fields.values() if f.HasField("conditional_fields"))
     assert shown["sql"]["catalog_uri"].text_field == common.TextField.Password
     assert shown["glue"]["glue_secret_access_key"].text_field == common.TextField.Password
+    assert shown["rest"]["rest_client_secret"].text_field == common.TextField.Password
+    assert shown["rest"]["rest_token"].text_field == common.TextField.Password
     assert {"catalog", "catalog_uri", "catalog_name", "glue_region"} <= set(known_fields())
     assert unknown_fields_message({"catalog": "sql", "catalog_uri": "sqlite://"}) is None
-    with pytest.raises(UserActionRequired, match="'catalog': 'hive' is not one of none, sql, glue"):
+    with pytest.raises(UserActionRequired, match="'catalog': 'hive' is not one of none, sql, glue, rest"):
         catalog_settings({"catalog": "hive"})
     with pytest.raises(UserActionRequired, match="'catalog_uri' is empty"):
         catalog_settings({"catalog": "sql"})

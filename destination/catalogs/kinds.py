@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from destination.catalogs.catalog_settings import GLUE, SQL, CatalogSettings
+from destination.catalogs.catalog_settings import GLUE, REST, SQL, CatalogSettings
 from destination.catalogs.follow import Registry
 from destination.shared.errors import UserActionRequired
 from destination.shared.on_disk.options import DELTA, FORMATS_FIELD, ICEBERG, StoreOptions
@@ -22,6 +22,10 @@ def open_registry(settings: CatalogSettings, formats: tuple[str, ...] = ()) -> R
 
         glue = GlueCatalog(settings)
         return Registry(glue, glue_keeps, glue if DELTA in formats else None)
+    if settings.kind == REST:
+        from destination.catalogs.rest import RestCatalog, rest_keeps
+
+        return Registry(RestCatalog(settings), rest_keeps)
     raise ValueError(f"no catalog of kind {settings.kind!r}")
 
 

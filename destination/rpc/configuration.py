@@ -15,6 +15,14 @@ from destination.catalogs.catalog_settings import (
     KINDS,
     NAME_FIELD,
     NO_CATALOG,
+    REST,
+    REST_CLIENT_ID_FIELD,
+    REST_CLIENT_SECRET_FIELD,
+    REST_OAUTH_URI_FIELD,
+    REST_SCOPE_FIELD,
+    REST_TOKEN_FIELD,
+    REST_URI_FIELD,
+    REST_WAREHOUSE_FIELD,
     SQL,
     URI_FIELD,
 )
@@ -135,12 +143,31 @@ def catalog_form_fields() -> list[common.FormField]:
         common.FormField(name=GLUE_SECRET_FIELD, label="Glue secret access key", required=False,
                          text_field=text.Password, description="Empty: the S3 secret."),
     ]
+    rest = [
+        common.FormField(name=REST_URI_FIELD, label="REST catalog URL", required=True, text_field=text.PlainText,
+                         description="The Iceberg REST catalog's base URL (the one before /v1/), e.g. "
+                                     "https://<account>.snowflakecomputing.com/polaris/api/catalog for Snowflake "
+                                     "Open Catalog, http://lakekeeper:8181/catalog for Lakekeeper."),
+        common.FormField(name=REST_WAREHOUSE_FIELD, label="Warehouse", required=False, text_field=text.PlainText,
+                         description="The warehouse (catalog) to register the tables in, as the catalog names it."),
+        common.FormField(name=REST_CLIENT_ID_FIELD, label="OAuth2 client id", required=False,
+                         text_field=text.PlainText, description="With the client secret: OAuth2 client credentials."),
+        common.FormField(name=REST_CLIENT_SECRET_FIELD, label="OAuth2 client secret", required=False,
+                         text_field=text.Password),
+        common.FormField(name=REST_TOKEN_FIELD, label="Bearer token", required=False, text_field=text.Password,
+                         description="Instead of client credentials: a token sent as it is."),
+        common.FormField(name=REST_SCOPE_FIELD, label="OAuth2 scope", required=False, text_field=text.PlainText,
+                         description="Empty: catalog. Polaris and Snowflake Open Catalog: PRINCIPAL_ROLE:<role>."),
+        common.FormField(name=REST_OAUTH_URI_FIELD, label="OAuth2 token endpoint", required=False,
+                         text_field=text.PlainText, description="Empty: the catalog's <URL>/v1/oauth/tokens."),
+    ]
     dropdown = common.FormField(
         name=CATALOG_FIELD, label="Catalog", required=False, default_value=NO_CATALOG,
         dropdown_field=common.DropdownField(dropdown_field=list(KINDS)),
         description="Register every table in a catalog and keep its entry on the latest version: none (default), "
-                    "sql (Iceberg's JDBC catalog tables in SQLite or PostgreSQL) or glue (AWS Glue).")
-    return [dropdown, shown_for(SQL, sql), shown_for(GLUE, glue)]
+                    "sql (Iceberg's JDBC catalog tables in SQLite or PostgreSQL), glue (AWS Glue) or rest (an "
+                    "Iceberg REST catalog: Polaris, Snowflake Open Catalog, Lakekeeper, Gravitino, Unity).")
+    return [dropdown, shown_for(SQL, sql), shown_for(GLUE, glue), shown_for(REST, rest)]
 
 
 def known_fields() -> list[str]:

@@ -1,0 +1,266 @@
+"""The `rest` catalog against SeaweedFS's Iceberg REST catalog (the S3 server the tests start; OAuth2 client
+credentials), read back through pyiceberg's RestCatalog.
+
+SeaweedFS holds tables only inside its table buckets: it refuses `register_table` of a metadata file anywhere
+else (400 "metadata-location must be within bucket warehouse"), and a table bucket takes objects only under
+`<namespace>/<table>/data|metadata/`, where the records layout does not fit. So its register is tested as that
+refusal (a Task naming the catalog), and the moves as they run on an entry the catalog made itself (an empty
+table of `create_table`, which the destination takes over): every commit a `commit_table` of the catalog's
+metadata into the records version's."""
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from destination.catalogs.base import CatalogRefused, CatalogUnavailable, catalog_name
+from destination.catalogs.catalog_settings import CatalogSettings, catalog_settings
+from destination.catalogs.kinds import follow_hook
+from destination.catalogs.rest import VERSION_PROPERTY, RestCatalog, rest_keeps
+from destination.shared.on_disk import layout
+from destination.shared.on_disk.datafiles import write_data_file
+from destination.shared.on_disk.options import TABLE_FORMATS
+from destination.shared.storage.base import Storage
+from destination.shared.table_model import ColumnDef
+from destination.store.table_store import Retention, TableStore
+from destination.store.versions import PendingVersion, TableVersion, VersionTarget
+from destination.table_formats.iceberg import file_io_properties
+from testbed.s3server import ACCESS_KEY, SECRET_KEY, S3Server, free_port
+from tests.conftest import TABLE_BUCKET
+from tests.lake_readers import rows
+from tests.rpc_helpers import run_tester_input
+from tests.test_table_formats import TESTER_INPUTS, columns_in, records_rows
+from tests.test_table_store import TABLE, appender
+
+WAREHOUSE = f"s3://{TABLE_BUCKET}/"
+WIDER = replace(TABLE, columns=(*TABLE.columns, ColumnDef("extra", "STRING")))
+
+
+def configuration(server: S3Server, **changes: str) -> dict[str, str]:
+    return {"catalog": "rest", "rest_uri": server.iceberg_endpoint, "rest_warehouse": WAREHOUSE,
+            "rest_client_id": ACCESS_KEY, "rest_client_secret": SECRET_KEY, **changes}
+
+
+def settings_for(storage: Storage, server: S3Server, **changes: str) -> CatalogSettings:
+    spec = storage.spec
+    return catalog_settings(configuration(server, **changes), spec.s3_region, spec.access_key_id,
+                            spec.secret_access_key, spec.s3_endpoint)
+
+
+def rest_store(storage: Storage, server: S3Server, **options: Any) -> TableStore:
+    return TableStore(storage, follow=follow_hook(TABLE_FORMATS, settings_for(storage, server)), **options)
+
+
+def reader(storage: Storage, server: S3Server) -> Any:
+    """pyiceberg's own RestCatalog on the same catalog: what Spark's and Trino's REST catalogs read."""
+    from pyiceberg.catalog.rest import RestCatalog as PyicebergRest
+
+    return PyicebergRest("reader", uri=server.iceberg_endpoint, warehouse=WAREHOUSE,
+                         credential=f"{ACCESS_KEY}:{SECRET_KEY}",
+                         **{"oauth2-server-uri": f"{server.iceberg_endpoint}/v1/oauth/tokens"},
+                         **file_io_properties(storage.spec))
+
+
+def made_by_the_catalog(storage: Storage, server: S3Server) -> str:
+    """A namespace of this test's with an empty table `events` the catalog made (in its table bucket)."""
+    namespace = f"rest_{uuid.uuid4().hex[:8]}"  # the catalog is shared by the tests
+    catalog = reader(storage, server)
+    catalog.create_namespace(namespace)
+    catalog.create_table((namespace, "events"), schema=pa.schema([("id", pa.int64())]))
+    return namespace
+
+
+def metadata_of(storage: Storage, schema: str, version: int) -> str:
+    return storage.url(f"{layout.table_prefix(schema, 'events')}/metadata/v{version}.metadata.json")
+
+
+def ids(table: Any, snapshot: int | None = None) -> list[int]:
+    return sorted(table.scan(snapshot_id=snapshot).to_arrow().column("id").to_pylist())
+
+
+def widened(storage: Storage, first_id: int) -> Any:
+    """An ALTER TABLE … ADD COLUMN extra: the version of WIDER, its rows rewritten in one file."""
+    def produce(base: TableVersion | None, target: VersionTarget) -> PendingVersion:
+        n = 2
+        rows = pa.table({"id": pa.array(range(first_id, first_id + n), pa.int64()), "v": ["a"] * n,
+                         "_fivetran_synced": pa.array([1_700_000_000_000_000] * n, pa.timestamp("us", tz="UTC")),
+                         "extra": ["x"] * n, "_destination_meta": pa.nulls(n, pa.string())})
+        new = write_data_file(storage, target.directory, layout.data_file_name(9), rows, WIDER, 9)
+        return PendingVersion(WIDER, [new], [], {"kind": "test"})
+    return produce
+
+
+def test_register_outside_a_table_bucket_is_a_task_quoting_the_catalogs_refusal(storage: Storage,
+                                                                               s3_server: S3Server) -> None:
+    schema = f"rest_{uuid.uuid4().hex[:8]}"
+    with pytest.raises(CatalogRefused) as refused:
+        rest_store(storage, s3_server).write(schema, "events", appender(storage, 0))
+    message = str(refused.value)
+    assert f"rest catalog 'fivetran' ({s3_server.iceberg_endpoint}, warehouse {WAREHOUSE})" in message
+    assert "metadata-location" in message  # SeaweedFS's answer: the file is not inside its table bucket
+    if storage.spec.is_s3:
+        assert "metadata-location must be within bucket warehouse" in message
+    assert SECRET_KEY not in message
+    assert TableStore(storage).latest_version_number(layout.table_prefix(schema, "events")) == 1
+
+
+def test_each_commit_moves_the_entry_and_time_travel_reads_the_previous_version(storage: Storage,
+                                                                                 s3_server: S3Server) -> None:
+    schema = made_by_the_catalog(storage, s3_server)
+    store = rest_store(storage, s3_server)
+    store.write(schema, "events", appender(storage, 0))
+    table = reader(storage, s3_server).load_table((schema, "events"))
+    assert table.properties[VERSION_PROPERTY] == metadata_of(storage, schema, 1)
+    assert ids(table) == [0, 1, 2]
+    store.write(schema, "events", appender(storage, 10))
+    table = reader(storage, s3_server).load_table((schema, "events"))
+    assert table.metadata_location.startswith(WAREHOUSE)  # the catalog's own metadata file
+    assert table.properties[VERSION_PROPERTY] == metadata_of(storage, schema, 2)
+    assert ids(table) == [0, 1, 2, 10, 11, 12]
+    assert ids(table, snapshot=1) == [0, 1, 2]  # time travel through the entry
+    assert [s.snapshot_id for s in table.metadata.snapshots] == [1, 2]
+
+
+def test_an_alter_makes_the_table_schema_the_catalogs_and_retention_expires_its_snapshots(
+        storage: Storage, s3_server: S3Server) -> None:
+    schema = made_by_the_catalog(storage, s3_server)
+    store = rest_store(storage, s3_server, retention=Retention(keep_versions=2, min_age_seconds=0))
+    store.write(schema, "events", appender(storage, 0))
+    store.write(schema, "events", appender(storage, 10))
+    store.write(schema, "events", widened(storage, 20))
+    table = reader(storage, s3_server).load_table((schema, "events"))
+    assert [f.name for f in table.schema().fields] == ["id", "v", "_fivetran_synced", "extra", "_destination_meta"]
+    assert table.scan().to_arrow().column("extra").to_pylist() == ["x", "x"]
+    assert ids(table) == [20, 21]
+    assert [s.snapshot_id for s in table.metadata.snapshots] == [2, 3]  # version 1's retired: removed
+    assert ids(table, snapshot=2) == [0, 1, 2, 10, 11, 12]
+
+
+def test_a_move_guarded_by_a_stale_entry_is_refused_by_the_catalog(storage: Storage, s3_server: S3Server) -> None:
+    """The move's requirements (main at the snapshot read): another writer's move in between fails it."""
+    schema = made_by_the_catalog(storage, s3_server)
+    store = rest_store(storage, s3_server)
+    store.write(schema, "events", appender(storage, 0))
+    catalog = RestCatalog(settings_for(storage, s3_server))
+    assert catalog.location(schema, "events") == metadata_of(storage, schema, 1)
+    # a writer holding the entry at version 1 while another moved it on: the metadata names version 1
+    store.write(schema, "events", appender(storage, 10))
+    assert not catalog.advance(schema, "events", metadata_of(storage, schema, 2), metadata_of(storage, schema, 1),
+                               TABLE)
+    from pyiceberg.exceptions import CommitFailedException
+
+    from destination.catalogs.rest import commit_of
+
+    rest = catalog._rest()
+    current = rest.load_table((schema, "events"))
+    stale = current.metadata.model_copy(update={"current_snapshot_id": 1})
+    requirements, updates = commit_of(stale, current.metadata, metadata_of(storage, schema, 2))
+    with pytest.raises(CommitFailedException):
+        rest.commit_table(current, requirements, updates)
+
+
+def test_drop_removes_the_entry(storage: Storage, s3_server: S3Server) -> None:
+    schema = made_by_the_catalog(storage, s3_server)
+    store = rest_store(storage, s3_server)
+    store.write(schema, "events", appender(storage, 0))
+    catalog = reader(storage, s3_server)
+    assert catalog.list_tables(schema) == [(schema, "events")]
+    store.drop(schema, "events")
+    assert catalog.list_tables(schema) == []
+
+
+def test_wrong_credentials_are_a_task_naming_the_catalog_without_the_secret(storage: Storage,
+                                                                            s3_server: S3Server) -> None:
+    settings = settings_for(storage, s3_server, rest_client_secret="wrong-secret-value")
+    with pytest.raises(CatalogRefused) as refused:
+        TableStore(storage, follow=follow_hook(TABLE_FORMATS, settings)).write("rest_refused", "events",
+                                                                               appender(storage, 0))
+    message = str(refused.value)
+    assert f"rest catalog 'fivetran' ({s3_server.iceberg_endpoint}" in message
+    assert "wrong-secret-value" not in message and "Invalid client credentials" in message
+    assert TableStore(storage).latest_version_number(layout.table_prefix("rest_refused", "events")) == 1
+
+
+def test_an_unreachable_catalog_is_unavailable_after_the_retries(storage: Storage, s3_server: S3Server) -> None:
+    settings = settings_for(storage, s3_server, rest_uri=f"http://127.0.0.1:{free_port()}")
+    with pytest.raises(CatalogUnavailable) as unavailable:
+        RestCatalog(settings).location("rest_x", "events")
+    assert "is unreachable after 4 attempts" in str(unavailable.value)
+
+
+def test_the_rest_fields_are_checked_and_the_credentials_kept_out_of_reprs() -> None:
+    from destination.shared.errors import UserActionRequired
+
+    base = {"catalog": "rest", "rest_uri": "https://catalog.example.com/api/catalog/"}
+    with pytest.raises(UserActionRequired, match="'rest_uri' must be the Iceberg REST catalog's URL"):
+        catalog_settings({"catalog": "rest"})
+    with pytest.raises(UserActionRequired, match="need both"):
+        catalog_settings({**base, "rest_client_id": "id"})
+    with pytest.raises(UserActionRequired, match="not both"):
+        catalog_settings({**base, "rest_client_id": "id", "rest_client_secret": "s", "rest_token": "t"})
+    settings = catalog_settings({**base, "rest_client_id": "id", "rest_client_secret": "client-secret-x",
+                                 "rest_scope": "PRINCIPAL_ROLE:ALL", "s3_endpoint": "http://s3.local:9000"},
+                                "eu-west-1", "AKIDEXAMPLE", "s3-secret-y")
+    assert "client-secret-x" not in repr(settings) and "s3-secret-y" not in repr(settings)
+    catalog = RestCatalog(settings)
+    assert catalog.described == "rest catalog 'fivetran' (https://catalog.example.com/api/catalog)"
+    properties = catalog._properties()
+    assert properties["credential"] == "id:client-secret-x" and properties["scope"] == "PRINCIPAL_ROLE:ALL"
+    assert properties["oauth2-server-uri"] == "https://catalog.example.com/api/catalog/v1/oauth/tokens"
+    assert properties["s3.endpoint"] == "http://s3.local:9000" and properties["s3.secret-access-key"] == "s3-secret-y"
+    token = RestCatalog(catalog_settings({**base, "rest_token": "bearer-z"}))._properties()
+    assert token["token"] == "bearer-z" and "credential" not in token and "s3.endpoint" not in token
+
+
+@pytest.mark.parametrize("path", TESTER_INPUTS, ids=lambda p: p.stem)
+def test_every_tester_table_taken_into_the_rest_catalog_holds_its_latest_rows(  # type: ignore[no-untyped-def]
+        grpc_server, configuration, s3_server: S3Server, tmp_path: Path, path: Path) -> None:
+    """The public tester inputs through the server, then each table left caught up into an empty entry the catalog
+    made (SeaweedFS refuses to register a file outside its table bucket): found through the REST catalog with
+    exactly the latest version's rows and schema, and the previous version by time travel."""
+    schema = f"tester_{uuid.uuid4().hex[:8]}"  # one namespace per run: the catalog is shared
+    run = run_tester_input(grpc_server, configuration, path, tmp_path, schema=schema)
+    storage, store, names = run.storage, run.store, run.names
+    catalog = reader(storage, s3_server)
+    catalog.create_namespace(schema)
+    following = TableStore(storage, follow=follow_hook(TABLE_FORMATS, settings_for(storage, s3_server)))
+    mapped = {catalog_name(n, rest_keeps, "table"): n for n in names}
+    for rest_name, name in mapped.items():
+        catalog.create_table((schema, rest_name), schema=pa.schema([("id", pa.int64())]))
+        latest = store.load(schema, name)
+        assert latest is not None
+        following.follow_up(latest)
+    assert sorted(t for _, t in catalog.list_tables(schema)) == sorted(mapped)
+    for rest_name, name in mapped.items():
+        latest = store.load(schema, name)
+        assert latest is not None
+        table = catalog.load_table((schema, rest_name))
+        assert table.properties[VERSION_PROPERTY] == storage.url(
+            f"{latest.prefix}/metadata/v{latest.version}.metadata.json")
+        columns = columns_in(latest.table, "iceberg")
+        assert [f.name for f in table.schema().fields] == columns, name
+        assert rows(table.scan().to_arrow(), columns) == rows(records_rows(storage, latest), columns), name
+        previous = store.load(schema, name, latest.version - 1) if latest.version > 1 else None
+        if previous is not None:
+            common = [c for c in columns_in(previous.table, "iceberg") if c in columns]
+            travelled = table.scan(snapshot_id=previous.version).to_arrow()
+            assert rows(travelled, common) == rows(records_rows(storage, previous), common), f"{name} time travel"
+
+
+def test_a_catalog_that_never_answers_is_unavailable_not_a_hang(storage: Storage, s3_server: S3Server,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    import destination.catalogs.rest as rest
+
+    monkeypatch.setattr(rest, "TIMEOUT_SECONDS", (1.0, 0.5))
+    with socket.socket() as silent:  # listens (connections complete in the backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        settings = settings_for(storage, s3_server, rest_uri=f"http://127.0.0.1:{silent.getsockname()[1]}")
+        with pytest.raises(CatalogUnavailable, match="ReadTimeout"):
+            RestCatalog(settings).location("rest_x", "events")
