@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from destination.catalogs.base import CatalogRefused, CatalogUnavailable
+from destination.catalogs.catalog import CatalogRefused, CatalogUnavailable
 from destination.catalogs.catalog_settings import CatalogSettings
 from destination.catalogs.kinds import follow_hook
 from destination.shared.on_disk import layout

@@ -11,7 +11,7 @@ from typing import Any
 import boto3
 import pytest
 
-from destination.catalogs.base import catalog_name
+from destination.catalogs.catalog import catalog_name
 from destination.catalogs.catalog_settings import CatalogSettings
 from destination.catalogs.glue import EntryTaken, glue_keeps
 from destination.catalogs.kinds import follow_hook

@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from destination.catalogs.base import CatalogRefused, CatalogUnavailable, catalog_name
+from destination.catalogs.catalog import CatalogRefused, CatalogUnavailable, catalog_name
 from destination.catalogs.catalog_settings import CatalogSettings, catalog_settings
 from destination.catalogs.kinds import follow_hook
 from destination.catalogs.rest import VERSION_PROPERTY, RestCatalog, rest_keeps

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from destination.catalogs.base import Catalog, DeltaEntries, catalog_name
+from destination.catalogs.catalog import Catalog, DeltaEntries, catalog_name
 from destination.shared import logs, phases
 from destination.shared.storage.base import Storage
 from destination.shared.table_model import TableDef

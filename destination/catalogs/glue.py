@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from destination.catalogs.base import with_retries
+from destination.catalogs.catalog import with_retries
 from destination.catalogs.catalog_settings import CatalogSettings
 from destination.shared.errors import UserActionRequired
 from destination.shared.table_model import TableDef
@@ -60,7 +60,7 @@ def glue_keeps(ch: str) -> bool:
 
 
 class GlueCatalog:
-    """The Catalog protocol (base.py) over AWS Glue's Data Catalog."""
+    """The Catalog protocol (catalog.py) over AWS Glue's Data Catalog."""
 
     def __init__(self, settings: CatalogSettings) -> None:
         import boto3

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from destination.catalogs.base import CatalogRefused, with_retries
+from destination.catalogs.catalog import CatalogRefused, with_retries
 from destination.catalogs.catalog_settings import CatalogSettings
 from destination.shared.table_model import TableDef
 
@@ -57,7 +57,7 @@ def rest_keeps(ch: str) -> bool:
 
 
 class RestCatalog:
-    """The Catalog protocol (base.py) over an Iceberg REST catalog."""
+    """The Catalog protocol (catalog.py) over an Iceberg REST catalog."""
 
     def __init__(self, settings: CatalogSettings) -> None:
         self.settings = settings

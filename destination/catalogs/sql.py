@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from destination.catalogs.base import with_retries
+from destination.catalogs.catalog import with_retries
 from destination.shared.table_model import TableDef
 
 TRANSIENT_SQLSTATES = ("08", "40", "53", "57P")  # connection, rollback/deadlock, resources, operator intervention
@@ -59,7 +59,7 @@ def classify(exc: Exception) -> str | None:
 
 
 class SqlCatalog:
-    """The Catalog protocol (base.py) over Iceberg's JDBC catalog tables."""
+    """The Catalog protocol (catalog.py) over Iceberg's JDBC catalog tables."""
 
     def __init__(self, name: str, uri: str) -> None:
         self.name, self.uri = name, uri

@@ -20,9 +20,9 @@ from destination.shared.type_mapping import normalize_column
 from destination.store.table_store import TableStore
 from destination.store.versions import PendingVersion, TableVersion, VersionTarget
 from destination.write.alter_plan import describe_difference, lossy_change_text, plan_alter
-from destination.write.commits import Committer
 from destination.write.jobs import JobRunner
 from destination.write.outcome import Outcome
+from destination.write.with_changes import CommitsWithChanges
 from spark_jobs.alter import colliding_keys, convert_table, key_text
 from spark_jobs.contracts import CheckConversionUnit, FilesWritten, JobContext, RewriteUnit
 from spark_jobs.operations import replace_operations
@@ -36,7 +36,7 @@ U = TypeVar("U")
 class TableDefinitions:
     """Creates tables and changes their definitions, rewriting their files where the change needs it."""
 
-    def __init__(self, store: TableStore, jobs: JobRunner, commits: Committer) -> None:
+    def __init__(self, store: TableStore, jobs: JobRunner, commits: CommitsWithChanges) -> None:
         self._store = store
         self._jobs = jobs
         self._commits = commits

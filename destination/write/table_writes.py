@@ -18,10 +18,10 @@ from destination.shared.settings import SMALL_REQUEST_BYTES
 from destination.shared.table_model import KEY_RANGES
 from destination.store.versions import PendingVersion, TableVersion, VersionTarget
 from destination.write.batches import WRITE_BATCH, WRITE_HISTORY_BATCH, BatchPlan
-from destination.write.commits import Committer
 from destination.write.jobs import JobOutput, JobRunner
 from destination.write.outcome import Outcome
 from destination.write.sorted_runs import SortedRuns
+from destination.write.with_changes import CommitsWithChanges
 from spark_jobs.contracts import RequestCounts, RunSource, TruncateUnit, data_rows
 from spark_jobs.operations import file_operations
 from spark_jobs.tasks.key_ranges import merge_range_task
@@ -40,7 +40,7 @@ class _InHashBuckets(Exception):
 class TableWrites:
     """WriteBatch's merge, the placement of key-hash-bucket tables in key ranges, and Truncate."""
 
-    def __init__(self, jobs: JobRunner, runs: SortedRuns, commits: Committer, changes: ChangeSettings,
+    def __init__(self, jobs: JobRunner, runs: SortedRuns, commits: CommitsWithChanges, changes: ChangeSettings,
                  small_request: int = SMALL_REQUEST_BYTES) -> None:
         self._jobs = jobs
         self._runs = runs

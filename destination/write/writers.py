@@ -10,11 +10,11 @@ from pyspark.sql import SparkSession
 from destination.shared.changes.change_settings import ChangeSettings
 from destination.shared.settings import SMALL_REQUEST_BYTES
 from destination.store.table_store import TableStore
-from destination.write.commits import Committer
 from destination.write.jobs import JobRunner, PlacementSettings
 from destination.write.sorted_runs import SortedRuns
 from destination.write.table_definitions import TableDefinitions
 from destination.write.table_writes import TableWrites
+from destination.write.with_changes import CommitsWithChanges
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ def writers(store: TableStore, spark: Callable[[], SparkSession], changes: Chang
     changes = changes or ChangeSettings()
     placement = placement or PlacementSettings()
     jobs = JobRunner(store.storage.spec, spark, changes, placement)
-    commits = Committer(store, jobs, changes)
+    commits = CommitsWithChanges(store, jobs, changes)
     runs = SortedRuns(jobs, store.storage, placement)
     return Writers(store, TableDefinitions(store, jobs, commits),
                    TableWrites(jobs, runs, commits, changes, small_request))

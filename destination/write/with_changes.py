@@ -27,7 +27,7 @@ Producer = Callable[[TableVersion | None, VersionTarget], PendingVersion | None]
 ProducerWithResult = Callable[[TableVersion | None, VersionTarget], tuple[PendingVersion | None, R]]
 
 
-class Committer:
+class CommitsWithChanges:
     """Commits versions through the store, completing their change files."""
 
     def __init__(self, store: TableStore, jobs: JobRunner, changes: ChangeSettings) -> None:
