@@ -47,6 +47,7 @@ from destination.shared.errors import (
     scrub,
 )
 from destination.shared.on_disk.options import StoreOptions, store_options
+from destination.shared.records_formats.choice import records_choice
 from destination.shared.settings import ServerOptions
 from destination.shared.storage.base import StorageSpec, local_root_problem
 from destination.shared.storage.opening import open_storage
@@ -262,7 +263,7 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
 
     @_rpc("CreateTable", sdk.CreateTableResponse, lambda r: (r.schema_name, r.table.name))
     def CreateTable(self, request: Any, backend: Backend, schema: str, table: str) -> tuple[Any, str]:
-        definition = table_from_proto(request.table)
+        definition = records_choice(dict(request.configuration)).stamp(table_from_proto(request.table))
         created, difference = backend.writer.create_table(schema, definition)
         if created:
             return sdk.CreateTableResponse(success=True), f"created with {len(definition.columns)} columns"

@@ -164,7 +164,7 @@ def _copy_table(writer: WritePath, schema: str, source: str, target: str) -> Mig
         for f in current.files:
             if not f.rows:
                 continue
-            name = data_file_name(f.bucket)
+            name = data_file_name(f.bucket, f.name.split(".", 1)[1])  # the records format's suffix kept
             storage.copy(file_path(current.directory, f), f"{spot.directory}/{name}")
             # every statistic, the key range too, describes the copy, which is first written here
             copied.append(replace(f, name=name, stored_in=None, written_in=None))
