@@ -24,8 +24,9 @@ FORMATS_FIELD = "table_formats"
 DELTA, ICEBERG = "delta", "iceberg"
 TABLE_FORMATS = (DELTA, ICEBERG)  # also written for every version, in this order (destination/table_formats/)
 NO_FORMATS = "none"
-# the table formats a table's records format allows: Delta Lake reads Parquet data files only, Iceberg reads Parquet
-# and Avro (this destination's Iceberg metadata describes Parquet files only, so Avro tables have neither yet)
+# the table formats a table's records format allows: Delta Lake reads Parquet data files only; the Iceberg spec allows
+# Avro data files, but pyiceberg (0.12: "Unsupported file format: AVRO") and DuckDB's iceberg extension read Parquet
+# (and ORC) data files only, so an Avro table gets no Iceberg metadata either
 APPLIES = {"parquet": TABLE_FORMATS, "avro": (), "delimited": ()}
 KEEP_VERSIONS = 2
 MIN_AGE_SECONDS = 3600.0
