@@ -368,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fleet-levels", default="1,4,8", help="fleet: WriteBatch calls in flight, per level")
     parser.add_argument("--layout", help="the `layout` configuration field passed to the server (complete | referencing)")
     parser.add_argument("--target-file-size", help="the `target_file_size` configuration field, e.g. 128MiB")
+    parser.add_argument("--records-format", help="the `records_format` configuration field (parquet | avro | delimited)")
+    parser.add_argument("--records-variant", help="the `records_variant` configuration field (delimited: bluelabs, ...)")
     parser.add_argument("--retention-min-age-seconds",
                         help="the `retention_min_age_seconds` configuration field (stored bytes depend on it)")
     parser.add_argument("--duckdb-memory", default="8GB", help="DuckDB's memory limit (it spills beyond it)")
@@ -388,7 +390,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     groups = selected_groups(args.scenarios)
     extra = {k: v for k, v in (("layout", args.layout), ("target_file_size", args.target_file_size),
-                               ("retention_min_age_seconds", args.retention_min_age_seconds)) if v}
+                               ("retention_min_age_seconds", args.retention_min_age_seconds),
+                               ("records_format", args.records_format), ("records_variant", args.records_variant)) if v}
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="records-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     run = Run(args.rows, shape={"groups": sorted(groups), "small_rows": args.small_rows[0],
