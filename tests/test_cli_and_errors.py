@@ -210,6 +210,25 @@ def test_show_changes_and_validate_read_avro_and_delimited_tables(stub, configur
 
 
 @pytest.mark.parametrize("configuration", ["local"], indirect=True)
+def test_a_table_keeps_the_format_it_was_created_with(stub, configuration, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The field changed after CreateTable: the table's writes stay Avro (a retried CreateTable included); a table
+    created afterwards is Parquet."""
+    t = table("kept", [("id", "INT", True), ("v", "STRING"), *SYS])
+    create(stub, {**configuration, "records_format": "avro"}, "fmt", t)
+    create(stub, configuration, "fmt", t)  # a retry under the changed field: the same table
+    row = {"id": "1", "v": "a", "_fivetran_synced": "2024-01-01T00:00:00Z", "_fivetran_deleted": "false"}
+    write(stub, configuration, "fmt", t, tmp_path, replace=[row])
+    create(stub, configuration, "fmt", table("later", [("id", "INT", True), *SYS]))
+    store = TableStore(open_storage(spec_of(configuration)))
+    kept, later = store.load("fmt", "kept"), store.load("fmt", "later")
+    assert kept is not None and later is not None
+    assert kept.table.stored_format == "avro" and [f.name.endswith(".avro") for f in kept.files] == [True]
+    assert (Path(configuration["root"]) / "fmt" / "kept" / kept.directory.rsplit("/", 1)[1] / "_format_avro").exists()
+    assert later.table.stored_format == "parquet" and later.files[0].name.endswith(".parquet")
+    assert rows_of(configuration, "fmt", "kept")[0]["v"] == "a"
+
+
+@pytest.mark.parametrize("configuration", ["local"], indirect=True)
 def test_records_mover_reads_our_directory(stub, configuration, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """records-mover's own reader: the format, the schema (round-tripping exactly) and the manifest."""
     from records_mover.records.records_directory import RecordsDirectory
