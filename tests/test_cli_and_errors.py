@@ -171,6 +171,63 @@ def test_unconvertible_values_succeed_with_a_warning(stub, configuration, tmp_pa
         "type's size limit); recorded in _destination_meta"]
 
 
+RECORDS = {"avro": ({"records_format": "avro"}, "AvroRecordsFormat"),
+           "bluelabs": ({"records_format": "delimited", "records_variant": "bluelabs", "records_header_row": "true"},
+                        "DelimitedRecordsFormat")}
+
+
+@pytest.mark.parametrize("configuration", ["local"], indirect=True)
+@pytest.mark.parametrize("records", list(RECORDS))
+def test_show_changes_and_validate_read_avro_and_delimited_tables(stub, configuration, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                   records: str) -> None:
+    """An Avro and a delimited table: `show`, `changes` (Parquet change files replayed against the table's files)
+    and `validate` read them; records-mover loads the version's `_format_*` strictly."""
+    from records_mover.records.records_directory import RecordsDirectory
+    from records_mover.url.resolver import UrlResolver
+
+    fields, mover_format = RECORDS[records]
+    config = {**configuration, **fields, "changes": "parquet"}
+    t = table("t", [("id", "INT", True), ("v", "STRING"), *SYS])
+    create(stub, config, "inspect", t)
+    row = lambda i, v: {"id": str(i), "v": v, "_fivetran_synced": "2024-01-01T00:00:00Z", "_fivetran_deleted": "false"}  # noqa: E731
+    write(stub, config, "inspect", t, tmp_path, replace=[row(i, f"v,{i}") for i in range(1, 6)])
+    write(stub, config, "inspect", t, tmp_path, replace=[row(1, "renamed")])
+    latest = run_command(configuration, "show", "inspect.t").stdout.splitlines()
+    assert latest[0] == "inspect.t version 3: 5 rows" and len(latest) == 2 + 5
+    assert {tuple(line.split()[1:3]) for line in latest[2:]} == {("1", "renamed"), *((str(i), f"v,{i}") for i in range(2, 6))}
+    text = run_command(configuration, "changes", "inspect.t", "--from-version", "2", "--to-version", "3",
+                       "--output", "jsonl").stdout
+    events = sorted((e["_change_type"], e["id"], e["v"]) for e in map(json.loads, text.splitlines()))
+    assert events == [("update_postimage", 1, "renamed"), ("update_preimage", 1, "v,1")]
+    run_command(configuration, "validate", "inspect.t")
+    current = TableStore(open_storage(spec_of(configuration))).load("inspect", "t")
+    assert current is not None and current.table.stored_format == fields["records_format"]
+    directory = Path(configuration["root"]) / "inspect" / "t" / current.directory.rsplit("/", 1)[1]
+    resolver = UrlResolver(boto3_session_getter=lambda: None, gcs_client_getter=lambda: None,
+                           gcp_credentials_getter=lambda: None)
+    found = RecordsDirectory(records_loc=resolver.directory_url(directory.as_uri() + "/"))
+    assert type(found.load_format(fail_if_dont_understand=True)).__name__ == mover_format
+
+
+@pytest.mark.parametrize("configuration", ["local"], indirect=True)
+def test_a_table_keeps_the_format_it_was_created_with(stub, configuration, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The field changed after CreateTable: the table's writes stay Avro (a retried CreateTable included); a table
+    created afterwards is Parquet."""
+    t = table("kept", [("id", "INT", True), ("v", "STRING"), *SYS])
+    create(stub, {**configuration, "records_format": "avro"}, "fmt", t)
+    create(stub, configuration, "fmt", t)  # a retry under the changed field: the same table
+    row = {"id": "1", "v": "a", "_fivetran_synced": "2024-01-01T00:00:00Z", "_fivetran_deleted": "false"}
+    write(stub, configuration, "fmt", t, tmp_path, replace=[row])
+    create(stub, configuration, "fmt", table("later", [("id", "INT", True), *SYS]))
+    store = TableStore(open_storage(spec_of(configuration)))
+    kept, later = store.load("fmt", "kept"), store.load("fmt", "later")
+    assert kept is not None and later is not None
+    assert kept.table.stored_format == "avro" and [f.name.endswith(".avro") for f in kept.files] == [True]
+    assert (Path(configuration["root"]) / "fmt" / "kept" / kept.directory.rsplit("/", 1)[1] / "_format_avro").exists()
+    assert later.table.stored_format == "parquet" and later.files[0].name.endswith(".parquet")
+    assert rows_of(configuration, "fmt", "kept")[0]["v"] == "a"
+
+
 @pytest.mark.parametrize("configuration", ["local"], indirect=True)
 def test_records_mover_reads_our_directory(stub, configuration, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """records-mover's own reader: the format, the schema (round-tripping exactly) and the manifest."""

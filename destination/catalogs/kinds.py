@@ -6,7 +6,7 @@ from dataclasses import replace
 from destination.catalogs.catalog_settings import GLUE, REST, SQL, CatalogSettings
 from destination.catalogs.follow import Registry
 from destination.shared.errors import UserActionRequired
-from destination.shared.on_disk.options import DELTA, FORMATS_FIELD, ICEBERG, StoreOptions
+from destination.shared.on_disk.options import APPLIES, DELTA, FORMATS_FIELD, ICEBERG, StoreOptions
 from destination.store.versions import FollowCommit
 
 
@@ -34,6 +34,10 @@ def check_store_options(settings: CatalogSettings, options: StoreOptions) -> Sto
     metadata file while the next one commits, so at least two versions are kept (retention_versions 1 → 2)."""
     if not settings.on:
         return options
+    if ICEBERG not in APPLIES[options.records.records_format]:
+        raise UserActionRequired(f"configuration field 'catalog' is {settings.kind!r}: the catalog registers the "
+                                 f"Iceberg table, and tables of records_format {options.records.records_format!r} "
+                                 "have no Iceberg metadata; choose records_format parquet or catalog none")
     if ICEBERG not in options.formats:
         raise UserActionRequired(f"configuration field 'catalog' is {settings.kind!r}: the catalog registers the "
                                  f"Iceberg table, so {FORMATS_FIELD!r} must include iceberg")

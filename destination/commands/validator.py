@@ -29,10 +29,11 @@ import pyarrow.parquet as pq
 
 from destination.shared.key_order import count_bounds_below, first_and_last, key_columns_of, keys_from_json, sort_keys
 from destination.shared.on_disk import layout, records
-from destination.shared.on_disk.datafiles import DataFile, read_data_file
+from destination.shared.on_disk.datafiles import DataFile, read_data_file, written_under
 from destination.shared.on_disk.locations import file_dir, file_path
 from destination.shared.on_disk.options import Retention
 from destination.shared.placement import in_key_order
+from destination.shared.records_formats.codec import format_of_name
 from destination.shared.storage.base import Storage
 from destination.shared.table_model import TableDef
 from destination.store.table_store import TableStore
@@ -48,7 +49,12 @@ HINTS = ("header-row", "field-delimiter", "record-terminator", "compression", "q
 
 
 def validate_version(storage: Storage, directory: str) -> list[str]:
-    return validate_directory(storage, directory, "parquet", _stored_elsewhere(storage, directory))
+    """A table version's records directory, in the records format its definition (`_table.json`) names."""
+    try:
+        fmt = written_under(storage, directory).stored_format
+    except (FileNotFoundError, ValueError, KeyError):  # reported by _check_table_files
+        fmt = "parquet"
+    return validate_directory(storage, directory, fmt, _stored_elsewhere(storage, directory))
 
 
 def _stored_elsewhere(storage: Storage, directory: str) -> dict[str, str]:
@@ -79,10 +85,28 @@ def validate_directory(storage: Storage, directory: str, fmt: str, elsewhere: di
     problems += schema_problems
     if fields is None:
         return problems
+    located = [(directory, name) for name in data_files] + [tuple(p.rsplit("/", 1)) for p in elsewhere.values()]
+    if fmt != "parquet" and storage.exists(f"{directory}/{records.TABLE_JSON}"):  # a table's version
+        return problems + [p for folder, name in located for p in _check_codec_columns(storage, folder, name, fields)]
     if fmt == "delimited":
         return problems + _check_headers(storage, directory, data_files, list(fields), hints)
-    located = [(directory, name) for name in data_files] + [tuple(p.rsplit("/", 1)) for p in elsewhere.values()]
     return problems + [p for folder, name in located for p in _check_parquet_columns(storage, folder, name, fields)]
+
+
+def _check_codec_columns(storage: Storage, directory: str, name: str, fields: dict[str, Any]) -> list[str]:
+    """An Avro or delimited data file of a table version reads (with its hints) as the schema's columns."""
+    try:
+        names = read_data_file(storage, directory, name).column_names
+    except Exception as exc:  # a truncated or foreign file: report it, check the others
+        return [f"{name}: does not read as the table's records format ({exc})"]
+    return [] if names == list(fields) else [f"{name}: columns {names} differ from the schema fields {list(fields)}"]
+
+
+def _rows_in(storage: Storage, directory: str, name: str) -> int:
+    if format_of_name(name) == "parquet":
+        with storage.open_input(f"{directory}/{name}") as src:
+            return int(pq.read_metadata(src).num_rows)
+    return read_data_file(storage, directory, name).num_rows
 
 
 def _check_format(storage: Storage, directory: str, names: list[str], fmt: str) -> tuple[list[str], dict[str, Any]]:
@@ -269,8 +293,7 @@ def _check_table_files(storage: Storage, directory: str, n: int) -> list[str]:
             problems.append(f"{records.FILES_JSON}: lists {entry.get('stored_in')}/{name}, which is not there")
             continue
         try:
-            with storage.open_input(f"{folder}/{name}") as src:
-                rows = pq.read_metadata(src).num_rows
+            rows = _rows_in(storage, folder, name)
         except Exception:  # reported as unreadable by the directory check
             continue
         if rows != entry.get("rows"):

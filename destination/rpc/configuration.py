@@ -39,6 +39,10 @@ from destination.shared.on_disk.options import (
     VERSIONS_FIELD,
 )
 from destination.shared.placement import TARGET_FILE_BYTES
+from destination.shared.records_formats.choice import DEFAULT, HINT_FIELDS, NONE, VARIANT_FIELD
+from destination.shared.records_formats.choice import FORMAT_FIELD as RECORDS_FORMAT_FIELD
+from destination.shared.records_formats.codec import FORMATS as RECORDS_FORMATS
+from destination.shared.records_formats.hints import OVERRIDABLE, VARIANTS
 from destination.shared.settings import ServerOptions
 from destination.shared.storage.base import StorageSpec
 
@@ -102,6 +106,7 @@ def configuration_form() -> common.ConfigurationFormResponse:
                                      "the change data feed when changes are on) and of an Iceberg table "
                                      "(metadata/) at the table's folder: delta,iceberg (default), delta, "
                                      "iceberg or none."),
+        *records_form_fields(),
         *catalog_form_fields(),
     ]
     tests = [common.ConfigurationTest(name=TEST_STORAGE, label="Writing, reading and deleting a probe object"),
@@ -109,6 +114,31 @@ def configuration_form() -> common.ConfigurationFormResponse:
              common.ConfigurationTest(name=TEST_CATALOG, label="Reading the catalog (when one is chosen)")]
     return common.ConfigurationFormResponse(schema_selection_supported=False, table_selection_supported=False,
                                             fields=fields, tests=tests)
+
+
+def records_form_fields() -> list[common.FormField]:
+    """`records_format`, then the delimited variant and its hint overrides, shown only for delimited."""
+    def dropdown(name: str, label: str, values: list[str], description: str) -> common.FormField:
+        return common.FormField(name=name, label=label, required=False, default_value=values[0],
+                                dropdown_field=common.DropdownField(dropdown_field=values), description=description)
+
+    hint_fields = [dropdown(field_name, f"Hint {hint}",
+                            [DEFAULT, *(NONE if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+                                        for v in OVERRIDABLE[hint])],
+                            f"The {hint} hint of the data files; default: the variant's.")
+                   for hint, field_name in HINT_FIELDS.items()]
+    delimited = [dropdown(VARIANT_FIELD, "Delimited variant", [v for v in VARIANTS if v != "dumb"],
+                          "records-mover's variant: its complete hints are written in _format_delimited. csv needs "
+                          "the date and time hints overridden (its defaults lose the century and the seconds)."),
+                 *hint_fields]
+    chooser = dropdown(RECORDS_FORMAT_FIELD, "Records format", list(RECORDS_FORMATS),
+                       "The data files of tables created from now on (a table keeps the format it was created "
+                       "with): parquet (Delta Lake and Iceberg metadata too), avro or delimited (neither).")
+    return [chooser, common.FormField(
+        name=f"{RECORDS_FORMAT_FIELD}_delimited", label="Delimited records", required=False,
+        conditional_fields=common.ConditionalFields(
+            condition=common.VisibilityCondition(condition_field=RECORDS_FORMAT_FIELD, string_value="delimited"),
+            fields=delimited))]
 
 
 def catalog_form_fields() -> list[common.FormField]:

@@ -46,6 +46,7 @@ from destination.shared.errors import (
     scrub,
 )
 from destination.shared.on_disk.options import StoreOptions, store_options
+from destination.shared.records_formats.choice import records_choice
 from destination.shared.settings import ServerOptions
 from destination.shared.storage.base import StorageSpec, local_root_problem
 from destination.shared.storage.opening import open_storage
@@ -255,7 +256,7 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
 
     @_rpc("CreateTable", sdk.CreateTableResponse, lambda r: (r.schema_name, r.table.name))
     def CreateTable(self, request: Any, backend: Writers, schema: str, table: str) -> tuple[Any, str]:
-        definition = table_from_proto(request.table)
+        definition = records_choice(dict(request.configuration)).stamp(table_from_proto(request.table))
         if requests.create_table(backend, schema, definition):
             return sdk.CreateTableResponse(success=True), f"created with {len(definition.columns)} columns"
         return sdk.CreateTableResponse(success=True), "already exists with this definition"

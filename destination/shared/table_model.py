@@ -56,6 +56,7 @@ class ColumnDef:
 
 
 KEY_RANGES, HASH_BUCKETS = "key-ranges", "hash-buckets"
+PARQUET = "parquet"
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,13 @@ class TableDef:
     # definition has none). `last_field_id`: the highest id ever given in the table (ids are never reused)
     field_ids: tuple[tuple[str, int, str], ...] = field(default=(), compare=False)
     last_field_id: int = field(default=0, compare=False)
+    # the records format of the table's data files, fixed when it is created (destination/shared/records_formats/
+    # choice.py): "" in a requested definition (CreateTable stamps the configured one), "parquet" for tables
+    # created before the choice existed; delimited tables keep their variant and complete hints. Not compared: a
+    # table keeps its format whatever later requests carry
+    records_format: str = field(default="", compare=False)
+    records_variant: str | None = field(default=None, compare=False)
+    records_hints: tuple[tuple[str, str | bool | None], ...] = field(default=(), compare=False)
 
     @property
     def column_names(self) -> list[str]:
@@ -113,6 +121,11 @@ class TableDef:
         if self.field_ids:
             out["field_ids"] = [list(entry) for entry in self.field_ids]
             out["last_field_id"] = self.last_field_id
+        if self.records_format not in ("", PARQUET):
+            out["records_format"] = self.records_format
+            if self.records_variant is not None:
+                out["records_variant"] = self.records_variant
+                out["records_hints"] = dict(self.records_hints)
         return out
 
     @staticmethod
@@ -120,7 +133,15 @@ class TableDef:
         return TableDef(name=data["name"], columns=tuple(ColumnDef.from_json(c) for c in data["columns"]),
                         placement=str(data.get("placement", HASH_BUCKETS)), bucket_count=int(data.get("bucket_count", 16)),
                         field_ids=tuple((str(n), int(i), str(t)) for n, i, t in data.get("field_ids", ())),
-                        last_field_id=int(data.get("last_field_id", 0)))
+                        last_field_id=int(data.get("last_field_id", 0)),
+                        records_format=str(data.get("records_format", PARQUET)),
+                        records_variant=data.get("records_variant"),
+                        records_hints=tuple(dict(data.get("records_hints", {})).items()))
+
+    @property
+    def stored_format(self) -> str:
+        """The records format of the data files ("" in a requested definition reads as Parquet)."""
+        return self.records_format or PARQUET
 
     @property
     def in_key_ranges(self) -> bool:

@@ -9,7 +9,7 @@ Commit protocol (docs/ARCHITECTURE.md has the full story):
    taking over one claim only the one that creates it holds the version, and only it clears `v<N+1>/`.
 3. The caller writes its new data files into `v<N+1>/` (Spark tasks do this).
 4. Carry unchanged files forward (complete layout: hard link / S3 server-side copy; referencing layout: list them
-   where they are), write `_schema.json`, `_schema`, `_format_parquet`, `_files.json`, `_table.json`, then
+   where they are), write `_schema.json`, `_schema`, `_format_<records format>`, `_files.json`, `_table.json`, then
    `_manifest` last.
 5. Commit: check that this writer still holds the highest claim generation and that every file the
    manifests list is there, then create `_log/<N+1>.json` if absent. Only now is the version visible.
@@ -33,6 +33,7 @@ from destination.shared.errors import CommitConflict, StorageError, UserActionRe
 from destination.shared.on_disk import layout, records
 from destination.shared.on_disk.datafiles import DataFile, empty_table, write_data_file
 from destination.shared.on_disk.locations import file_path
+from destination.shared.records_formats.codec import table_codec
 from destination.shared.storage.base import Storage
 from destination.store.carry import CarryForward
 from destination.store.claims import Claims
@@ -225,7 +226,8 @@ class Committer:
             schema_doc = records.dumps(records.schema_json(pending.table))
             s.write_bytes(f"{directory}/{records.SCHEMA_JSON}", schema_doc)
             s.write_bytes(f"{directory}/{records.SCHEMA_LEGACY}", schema_doc)
-            s.write_bytes(f"{directory}/{records.FORMAT_FILE}", b"")
+            codec = table_codec(pending.table)
+            s.write_bytes(f"{directory}/{codec.format_file}", codec.format_content())
             s.write_bytes(f"{directory}/{records.FILES_JSON}", records.dumps({"files": [f.to_json() for f in files]}))
             s.write_bytes(f"{directory}/{records.TABLE_JSON}", records.dumps({
                 "schema": schema, "table": field_ids.assign(pending.table).to_json(), "version": target,
@@ -237,7 +239,8 @@ class Committer:
         # every file the latest version lists; only a base older than the latest (a repair) is checked again
         on_base = base is not None and base.version == target - 1
         self._check_before_commit(prefix, target, generation,
-                                  [f for f in files if f.stored_in is None] if on_base else files, pending.changes)
+                                  [f for f in files if f.stored_in is None] if on_base else files, pending.changes,
+                                  codec.format_file)
         record = {"version": target, "directory": layout.version_dir_name(target), "committed_at": committed_at,
                   "operation": pending.operation, "batch_id": batch_id, "writer": self._claims.writer_id,
                   "base": base.version if base is not None else 0, "layout": self._carry_forward.layout}
@@ -254,10 +257,10 @@ class Committer:
             raise LostClaim(f"{prefix!r}: another writer took over version {target} while this write prepared it")
 
     def _check_before_commit(self, prefix: str, target: int, generation: int, files: list[DataFile],
-                             changes: ChangeSet | None) -> None:
+                             changes: ChangeSet | None, format_file: str) -> None:
         """Only the claim's holder commits, and only a version holding every file its manifests list."""
         self._check_claim(prefix, target, generation)
-        missing = self._reader.missing_of_version(layout.version_dir(prefix, target), files)
+        missing = self._reader.missing_of_version(layout.version_dir(prefix, target), files, format_file)
         if changes is not None:
             directory = layout.changes_dir(prefix, target)
             missing += [f"changes/{name}" for name in self._reader.missing_files(

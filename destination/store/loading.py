@@ -9,6 +9,7 @@ from destination.shared import field_ids, logs, phases
 from destination.shared.on_disk import layout, records
 from destination.shared.on_disk.datafiles import DataFile
 from destination.shared.on_disk.locations import file_dir
+from destination.shared.records_formats.codec import table_codec
 from destination.shared.storage.base import Storage
 from destination.shared.table_model import TableDef
 from destination.store.table_names import TableNames
@@ -76,7 +77,7 @@ class VersionReader:
             recent_batches=tuple(meta.get("recent_batches", ())),
             change_totals=dict(meta.get("change_totals", {})),
         )
-        missing = self.missing_of_version(directory, loaded.files)
+        missing = self.missing_of_version(directory, loaded.files, table_codec(definition).format_file)
         return self._uncommitted(schema, table, n, missing) if missing else loaded
 
     def _ids_of_before(self, prefix: str, table: TableDef) -> TableDef:
@@ -91,10 +92,11 @@ class VersionReader:
             raise IncompleteVersion(self.storage, schema, table, n, missing)
         return None
 
-    def missing_of_version(self, directory: str, files: Sequence[DataFile]) -> list[str]:
-        """The version's metadata and data files that are not where it lists them (a file stored in another
-        version's directory is named `v<K>/<name>`); one listing per directory."""
-        wanted: dict[str, list[str]] = {directory: list(VERSION_METADATA)}
+    def missing_of_version(self, directory: str, files: Sequence[DataFile],
+                           format_file: str = records.FORMAT_FILE) -> list[str]:
+        """The version's metadata (`format_file`: its records format's) and data files that are not where it lists
+        them (a file stored in another version's directory is named `v<K>/<name>`); one listing per directory."""
+        wanted: dict[str, list[str]] = {directory: [*records.metadata_files(format_file), records.MANIFEST]}
         for f in files:
             wanted.setdefault(file_dir(directory, f), []).append(f.name)
         return [name if folder == directory else f"{folder.rsplit('/', 1)[1]}/{name}"

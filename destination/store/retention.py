@@ -18,7 +18,8 @@ from destination.store.loading import VERSION_METADATA
 # retiring a version removes its metadata in this order: `_manifest` first (no reader takes it for a records
 # directory any more), `_files.json` last (its list of data files is what retention reads, so a retirement that
 # stopped half-way is redone by the next one)
-RETIRE_ORDER = (records.MANIFEST, *(m for m in records.METADATA_FILES if m != records.FILES_JSON), records.FILES_JSON)
+RETIRE_ORDER = (records.MANIFEST, *(m for m in records.METADATA_FILES if m != records.FILES_JSON),
+                *records.FORMAT_FILES[1:], records.FILES_JSON)
 
 
 class VersionRetention:

@@ -26,6 +26,7 @@ from destination.shared.errors import cause_text, scrub
 from destination.shared.on_disk import layout
 from destination.shared.on_disk.datafiles import write_options
 from destination.shared.on_disk.locations import first_written
+from destination.shared.on_disk.options import formats_of_table
 from destination.shared.on_disk.records import FILES_JSON
 from destination.shared.storage.base import Storage
 from destination.shared.table_model import DESTINATION_META
@@ -64,6 +65,8 @@ def bring_up_to_date(store: TableStore, prefix: str, fmt: TableFormat, latest: T
                      oldest_retained: int, built: dict[int, LakeVersion] | None = None) -> int:
     """Commit to `fmt` every committed version it lacks up to `latest` (from the oldest retained one when it holds
     none); versions retired or incomplete meanwhile are skipped. Returns the number of versions committed."""
+    if fmt.name not in formats_of_table((fmt.name,), latest.table.stored_format):
+        return 0  # Delta reads Parquet data files only; Iceberg here describes Parquet files only
     storage = store.storage
     built = {} if built is None else built
 

@@ -106,7 +106,7 @@ class TableDefinitions:
             for f in origin.files:
                 if not f.rows:
                     continue
-                name = data_file_name(f.bucket)
+                name = data_file_name(f.bucket, f.name.split(".", 1)[1])  # the records format's suffix kept
                 storage.copy(file_path(origin.directory, f), f"{spot.directory}/{name}")
                 # every statistic, the key range too, describes the copy, which is first written here
                 copied.append(replace(f, name=name, stored_in=None, written_in=None))

@@ -1,9 +1,15 @@
-"""Writing and reading the Parquet data files of a version, with their statistics.
+"""Writing and reading the data files of a version, with their statistics, in the table's records format.
 
-Used both by the server (empty tables, carried files) and inside Spark tasks.
+Parquet is written here; Avro and the delimited variants through their codecs (destination/shared/records_formats/),
+chosen by the table definition's format, and a file's name carries its format's suffix. Reading goes by the name's
+suffix: a Parquet file describes itself, an Avro or delimited one is read with the definition and hints of the
+version that wrote it (the `_table.json` of its directory; every file of a version is written under that version's
+definition, as AlterTable rewrites every file). Used both by the server (empty tables, carried files) and inside
+Spark tasks.
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -17,6 +23,8 @@ from destination.shared.field_ids import data_file_schema
 from destination.shared.key_order import first_and_last
 from destination.shared.keys import key_tokens, run_starts
 from destination.shared.on_disk.layout import data_file_name
+from destination.shared.on_disk.records import TABLE_JSON
+from destination.shared.records_formats.codec import format_of_name, table_codec
 from destination.shared.storage.base import Storage
 from destination.shared.table_model import SYNCED, ColumnDef, TableDef
 from destination.shared.type_mapping import arrow_schema
@@ -134,13 +142,18 @@ def statistics(table: pa.Table, table_def: TableDef, *, name: str, size: int, bu
 
 def write_data_file(storage: Storage, directory: str, name: str, table: pa.Table, table_def: TableDef,
                     bucket: int | None, in_key_order: bool = False) -> DataFile:
-    """Write `table` as one Parquet file (in the file schema, with the columns' field ids) and return its
-    statistics."""
+    """Write `table` as one data file in the table's records format (Parquet: in the file schema, with the columns'
+    field ids) and return its statistics; the name's suffix becomes the format's."""
     schema = data_file_schema(table_def)
     table = table.select(schema.names).cast(schema)
+    codec = table_codec(table_def)
+    name = named_for(name, codec.suffix)
     path = f"{directory}/{name}"
     with storage.open_output(path) as sink:
-        pq.write_table(table, sink, row_group_size=ROW_GROUP_ROWS, **write_options(table))
+        if codec.records_format == "parquet":
+            pq.write_table(table, sink, row_group_size=ROW_GROUP_ROWS, **write_options(table))
+        else:  # the rows as stored: a delimited variant NULLs (and records) the values it cannot hold
+            table = codec.write(table, table_def, sink).cast(schema)
     return statistics(table, table_def, name=name, size=storage.size(path), bucket=bucket, in_key_order=in_key_order)
 
 
@@ -155,6 +168,8 @@ def write_sorted_files(storage: Storage, directory: str, rows: pa.Table, table_d
     n = rows.num_rows
     if not n:
         return []
+    if table_def.stored_format != "parquet":
+        return _write_sorted_pieces(storage, directory, rows, table_def, target_bytes)
     # a guess of the rows per file from the decoded size (Parquet is usually 2-5x smaller); the measured size of
     # the file being written decides where it ends
     per_row = max(1.0, rows.nbytes / n / 3)
@@ -197,9 +212,46 @@ def _next_start(starts: np.ndarray | None, position: int, n: int) -> int:
     return int(starts[i]) if i < len(starts) else n
 
 
+def _write_sorted_pieces(storage: Storage, directory: str, rows: pa.Table, table_def: TableDef,
+                         target_bytes: int) -> list[DataFile]:
+    """`write_sorted_files` for the formats written whole by their codecs: the rows cut into files of about
+    `target_bytes` by their decoded size (Avro and text hold about what Arrow does; compressed text less), never
+    inside a run of one entity key."""
+    n = rows.num_rows
+    per_file = int(max(1, target_bytes / max(1.0, rows.nbytes / n)))
+    starts = _entity_starts(rows, table_def)
+    files: list[DataFile] = []
+    begin = 0
+    while begin < n:
+        end = _next_start(starts, begin + per_file, n)
+        if n - end < per_file // 4:  # a short tail joins this file
+            end = n
+        files.append(write_data_file(storage, directory, data_file_name("part"), rows.slice(begin, end - begin),
+                                     table_def, None, in_key_order=True))
+        begin = end
+    return files
+
+
+def named_for(name: str, suffix: str) -> str:
+    """`name` (layout.data_file_name's, ending .parquet) with the records format's suffix instead."""
+    return name if name.endswith(suffix) else name.rsplit(".parquet", 1)[0] + suffix
+
+
+def written_under(storage: Storage, directory: str) -> TableDef:
+    """The definition the data files of a version directory were written under (its `_table.json`)."""
+    return TableDef.from_json(json.loads(storage.read_bytes(f"{directory}/{TABLE_JSON}"))["table"])
+
+
 def read_data_file(storage: Storage, directory: str, name: str, columns: list[str] | None = None) -> pa.Table:
+    """A data file's rows (`columns` of them, or all): Parquet as stored, the other formats in the data-file
+    schema of the definition they were written under."""
+    if format_of_name(name) == "parquet":
+        with storage.open_input(f"{directory}/{name}") as source:
+            return pq.read_table(source, columns=columns)
+    table_def = written_under(storage, directory)
     with storage.open_input(f"{directory}/{name}") as source:
-        return pq.read_table(source, columns=columns)
+        table = table_codec(table_def).read(source, table_def)
+    return table.select(columns) if columns is not None else table
 
 
 def empty_table(table_def: TableDef) -> pa.Table:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from destination.shared.errors import UserActionRequired
+from destination.shared.records_formats.choice import RecordsChoice, records_choice
 
 COMPLETE, REFERENCING = "complete", "referencing"
 LAYOUTS = (COMPLETE, REFERENCING)
@@ -23,6 +24,10 @@ FORMATS_FIELD = "table_formats"
 DELTA, ICEBERG = "delta", "iceberg"
 TABLE_FORMATS = (DELTA, ICEBERG)  # also written for every version, in this order (destination/table_formats/)
 NO_FORMATS = "none"
+# the table formats a table's records format allows: Delta Lake reads Parquet data files only; the Iceberg spec allows
+# Avro data files, but pyiceberg (0.12: "Unsupported file format: AVRO") and DuckDB's iceberg extension read Parquet
+# (and ORC) data files only, so an Avro table gets no Iceberg metadata either
+APPLIES = {"parquet": TABLE_FORMATS, "avro": (), "delimited": ()}
 KEEP_VERSIONS = 2
 MIN_AGE_SECONDS = 3600.0
 
@@ -41,6 +46,7 @@ class StoreOptions:
     layout: str = COMPLETE
     retention: Retention = field(default_factory=Retention)
     formats: tuple[str, ...] = TABLE_FORMATS
+    records: RecordsChoice = field(default_factory=RecordsChoice)  # the format of tables created from now on
 
 
 def default_layout(is_s3: bool) -> str:
@@ -62,7 +68,12 @@ def store_options(configuration: dict[str, str], is_s3: bool) -> StoreOptions:
                                  "is always kept)")
     if not age >= 0:
         raise UserActionRequired(f"configuration field {MIN_AGE_FIELD!r}: {age} is not a number of seconds ≥ 0")
-    return StoreOptions(layout, Retention(keep, age), table_formats(configuration))
+    return StoreOptions(layout, Retention(keep, age), table_formats(configuration), records_choice(configuration))
+
+
+def formats_of_table(formats: tuple[str, ...], records_format: str) -> tuple[str, ...]:
+    """The configured table formats that a table of `records_format` gets."""
+    return tuple(f for f in formats if f in APPLIES.get(records_format or "parquet", TABLE_FORMATS))
 
 
 def table_formats(configuration: dict[str, str]) -> tuple[str, ...]:

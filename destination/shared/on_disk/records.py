@@ -8,12 +8,18 @@ from destination.shared.table_model import DESTINATION_META, ColumnDef, TableDef
 from destination.shared.type_mapping import meta_records_field, records_field
 
 FORMAT_FILE = "_format_parquet"
+FORMAT_FILES = (FORMAT_FILE, "_format_avro", "_format_delimited")  # one per version: its records format's
 MANIFEST = "_manifest"
 SCHEMA_JSON = "_schema.json"
 SCHEMA_LEGACY = "_schema"  # the records spec's name; same JSON (records-mover prefers _schema.json)
 FILES_JSON = "_files.json"
 TABLE_JSON = "_table.json"
-METADATA_FILES = (SCHEMA_JSON, SCHEMA_LEGACY, FORMAT_FILE, FILES_JSON, TABLE_JSON)
+METADATA_FILES = (SCHEMA_JSON, SCHEMA_LEGACY, FORMAT_FILE, FILES_JSON, TABLE_JSON)  # of a Parquet table's version
+
+
+def metadata_files(format_file: str = FORMAT_FILE) -> tuple[str, ...]:
+    """The metadata files of a version whose records format is described by `format_file`."""
+    return tuple(format_file if name == FORMAT_FILE else name for name in METADATA_FILES)
 
 
 def schema_document(fields: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,5 @@
 """Codecs for the records formats other than Parquet: Avro and the delimited variants (records spec, records-mover).
 
-Not yet selectable: the write path still writes Parquet only (see docs/reference/records-formats.md).
+Chosen per table by the configuration (choice.py) and used for its data files by destination/shared/on_disk/datafiles.py
+(docs/reference/records-formats.md).
 """

@@ -75,3 +75,20 @@ def codec(records_format: str = "parquet", variant: str | None = None,
     if variant is None:
         raise BadRequest("records_format 'delimited' needs records_variant (bluelabs, csv, bigquery or vertica)")
     return Codec("delimited", variant, hints.resolve(variant, overrides))
+
+
+def table_codec(table_def: TableDef) -> Codec:
+    """The codec a table's data files are written and read with (its definition keeps the format, fixed when it
+    was created; the hints kept are complete)."""
+    if table_def.stored_format != "delimited":
+        return Codec(table_def.stored_format)
+    return Codec("delimited", table_def.records_variant, dict(table_def.records_hints))
+
+
+def format_of_name(name: str) -> str:
+    """The records format of a data file, by its name's suffix (records-mover's names)."""
+    if name.endswith(".avro"):
+        return "avro"
+    if ".csv" in name.rsplit("/", 1)[-1]:
+        return "delimited"
+    return "parquet"

@@ -219,6 +219,8 @@ def _columns(data: bytes, names: list[str], hints: Hints, table: str) -> list[pa
             raise BadRequest(f"record-terminator {terminator!r} with quoting or escape: not a variant this reads")
         # neither quoted nor escaped: no value holds the terminator, CR or LF (write NULLs them), so LF can stand in
         data = data.replace(terminator.encode("utf-8"), b"\n")
+    if not data and not header:  # a table's zero-row file (Arrow's parser refuses an empty input)
+        return [pa.array([], pa.string()) for _ in names]
     quoted = hints["quoting"] is not None
     parse = pacsv.ParseOptions(delimiter=delimiter, quote_char=str(hints["quotechar"]) if quoted else False,
                                double_quote=bool(hints["doublequote"]), escape_char=hints["escape"] or False,

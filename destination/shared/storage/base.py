@@ -114,8 +114,9 @@ class Storage(ABC):
     @contextmanager
     def open_output(self, path: str) -> Iterator[pa.NativeFile]:
         """A stream writing the object at `path`, complete when the block ends. StorageError when it cannot be
-        opened, written or closed."""
-        with self.translated("write", path), self.arrow_fs.open_output_stream(self.arrow_path(path)) as sink:
+        opened, written or closed. The bytes are stored as written (Arrow would gzip a `.gz` path by itself)."""
+        with self.translated("write", path), \
+                self.arrow_fs.open_output_stream(self.arrow_path(path), compression=None) as sink:
             yield sink
 
     @contextmanager
