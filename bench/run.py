@@ -370,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fleet-levels", default="1,4,8", help="fleet: WriteBatch calls in flight, per level")
     parser.add_argument("--layout", help="the `layout` configuration field passed to the server (complete | referencing)")
     parser.add_argument("--target-file-size", help="the `target_file_size` configuration field, e.g. 128MiB")
+    parser.add_argument("--catalog", choices=["sql"],
+                        help="register every table in a catalog (sql: a SQLite JDBC catalog in the work folder)")
     parser.add_argument("--records-format", help="the `records_format` configuration field (parquet | avro | delimited)")
     parser.add_argument("--records-variant", help="the `records_variant` configuration field (delimited: bluelabs, ...)")
     parser.add_argument("--retention-min-age-seconds",
@@ -396,6 +398,8 @@ def main(argv: list[str] | None = None) -> int:
                                ("records_format", args.records_format), ("records_variant", args.records_variant)) if v}
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="records-bench-"))
     work.mkdir(parents=True, exist_ok=True)
+    if args.catalog == "sql":  # every table registered in a SQLite JDBC catalog: the catalog step's cost is its phase
+        extra.update({"catalog": "sql", "catalog_uri": f"sqlite:///{work / 'catalog.db'}"})
     run = Run(args.rows, shape={"groups": sorted(groups), "small_rows": args.small_rows[0],
                                                      "change_fraction": args.change_fraction,
                                                      "clustered_syncs": args.clustered_syncs,
