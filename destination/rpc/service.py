@@ -46,7 +46,6 @@ from destination.shared.errors import (
     scrub,
 )
 from destination.shared.on_disk.options import StoreOptions, store_options
-from destination.shared.records_formats.choice import records_choice
 from destination.shared.settings import ServerOptions
 from destination.shared.storage.base import StorageSpec, local_root_problem
 from destination.shared.storage.opening import open_storage
@@ -110,7 +109,7 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
                     open_storage(spec), stored.retention, observer=self.observer.commit_observer(spec.root),
                     layout=stored.layout, copies=SparkCopies(self.spark), follow=follow_hook(stored.formats, catalog))
         placement = PlacementSettings(target_file_bytes=target_file_bytes(config), scratch=self._scratch())
-        return writers(store, self.spark, changes, self.options.small_request_bytes, placement)
+        return writers(store, self.spark, changes, self.options.small_request_bytes, placement, stored.records)
 
     def _scratch(self) -> StorageSpec | None:
         """Sorted runs go to a local directory when the executors are local; else to the table's storage."""
@@ -256,7 +255,7 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
 
     @_rpc("CreateTable", sdk.CreateTableResponse, lambda r: (r.schema_name, r.table.name))
     def CreateTable(self, request: Any, backend: Writers, schema: str, table: str) -> tuple[Any, str]:
-        definition = records_choice(dict(request.configuration)).stamp(table_from_proto(request.table))
+        definition = table_from_proto(request.table)
         if requests.create_table(backend, schema, definition):
             return sdk.CreateTableResponse(success=True), f"created with {len(definition.columns)} columns"
         return sdk.CreateTableResponse(success=True), "already exists with this definition"

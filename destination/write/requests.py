@@ -88,7 +88,9 @@ def describe_table(writers: Writers, schema: str, table: str) -> TableVersion | 
 
 
 def create_table(writers: Writers, schema: str, definition: TableDef) -> bool:
-    """True: created; False: it exists with this definition (a retried call). Another definition is refused."""
+    """True: created, in the configured records format; False: it exists with this definition (a retried call).
+    Another definition is refused."""
+    definition = writers.records.stamp(definition)
     created, difference = writers.tables.create_table(schema, definition)
     if created:
         return True

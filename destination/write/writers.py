@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pyspark.sql import SparkSession
 
 from destination.shared.changes.change_settings import ChangeSettings
+from destination.shared.records_formats.choice import RecordsChoice
 from destination.shared.settings import SMALL_REQUEST_BYTES
 from destination.store.table_store import TableStore
 from destination.write.jobs import JobRunner, PlacementSettings
@@ -22,10 +23,12 @@ class Writers:
     store: TableStore
     tables: TableDefinitions  # CreateTable, AlterTable, added columns, the migrations' rewrites
     writes: TableWrites  # WriteBatch's merge, placement in key ranges, Truncate
+    records: RecordsChoice  # the records format of tables created from now on (a table keeps its own)
 
 
 def writers(store: TableStore, spark: Callable[[], SparkSession], changes: ChangeSettings | None = None,
-            small_request: int = SMALL_REQUEST_BYTES, placement: PlacementSettings | None = None) -> Writers:
+            small_request: int = SMALL_REQUEST_BYTES, placement: PlacementSettings | None = None,
+            records: RecordsChoice | None = None) -> Writers:
     """`small_request`: batch files up to this size (as sent) are decoded on the driver."""
     changes = changes or ChangeSettings()
     placement = placement or PlacementSettings()
@@ -33,4 +36,4 @@ def writers(store: TableStore, spark: Callable[[], SparkSession], changes: Chang
     commits = CommitsWithChanges(store, jobs, changes)
     runs = SortedRuns(jobs, store.storage, placement)
     return Writers(store, TableDefinitions(store, jobs, commits),
-                   TableWrites(jobs, runs, commits, changes, small_request))
+                   TableWrites(jobs, runs, commits, changes, small_request), records or RecordsChoice())
