@@ -10,8 +10,8 @@ from destination.catalogs.kinds import open_registry
 from destination.shared.errors import DestinationError
 from destination.shared.storage.base import Storage
 from destination.store.table_store import TableStore
-from destination.table_formats.sync import bring_up_to_date, formats_named, oldest_retained
-from destination.table_formats.version import ICEBERG, LakeVersion
+from destination.table_formats.sync import BuiltVersions, bring_up_to_date, formats_named, oldest_retained
+from destination.table_formats.version import ICEBERG
 
 
 def formats_command(storage: Storage, name: str | None, formats: tuple[str, ...], rebuild: bool,
@@ -40,7 +40,7 @@ def formats_command(storage: Storage, name: str | None, formats: tuple[str, ...]
             if rebuild:  # every format's folders first: the versions built below are shared by the formats
                 for folder in {folder for fmt in chosen for folder in fmt.folders}:
                     storage.delete_prefix(f"{prefix}/{folder}")
-            built: dict[int, LakeVersion] = {}  # each version's change data written once for both formats
+            built = BuiltVersions()  # each version's change data written once for both formats
             for fmt in chosen:
                 done = bring_up_to_date(store, prefix, fmt, latest, oldest, built)
                 print(f"{schema}.{table}: {fmt.name} at version {latest.version} ({done} version(s) written)")

@@ -224,15 +224,16 @@ class Committer:
             self._check_claim(prefix, target, generation)
         with phases.timed("metadata"):
             schema_doc = records.dumps(records.schema_json(pending.table))
-            s.write_bytes(f"{directory}/{records.SCHEMA_JSON}", schema_doc)
-            s.write_bytes(f"{directory}/{records.SCHEMA_LEGACY}", schema_doc)
             codec = table_codec(pending.table)
-            s.write_bytes(f"{directory}/{codec.format_file}", codec.format_content())
-            s.write_bytes(f"{directory}/{records.FILES_JSON}", records.dumps({"files": [f.to_json() for f in files]}))
-            s.write_bytes(f"{directory}/{records.TABLE_JSON}", records.dumps({
-                "schema": schema, "table": field_ids.assign(pending.table).to_json(), "version": target,
-                "committed_at": committed_at, "recent_batches": list(recent), "change_totals": totals}))
-            s.write_bytes(f"{directory}/{records.MANIFEST}", records.dumps(
+            s.write_all([
+                (f"{directory}/{records.SCHEMA_JSON}", schema_doc),
+                (f"{directory}/{records.SCHEMA_LEGACY}", schema_doc),
+                (f"{directory}/{codec.format_file}", codec.format_content()),
+                (f"{directory}/{records.FILES_JSON}", records.dumps({"files": [f.to_json() for f in files]})),
+                (f"{directory}/{records.TABLE_JSON}", records.dumps({
+                    "schema": schema, "table": field_ids.assign(pending.table).to_json(), "version": target,
+                    "committed_at": committed_at, "recent_batches": list(recent), "change_totals": totals}))])
+            s.write_bytes(f"{directory}/{records.MANIFEST}", records.dumps(  # last, once the rest is written
                 records.manifest_json([(s.url(file_path(directory, f)), f.bytes) for f in files])))
         self._fault("before_commit_record")
         # files listed where an earlier version wrote them were checked when the base loaded, and retention keeps
@@ -304,8 +305,7 @@ class Committer:
         """The change directory's metadata, then its `_manifest` (last, as in every records directory)."""
         s = self.storage
         directory = layout.changes_dir(prefix, target)
-        for name, body in changes.metadata.items():
-            s.write_bytes(f"{directory}/{name}", body)
+        s.write_all([(f"{directory}/{name}", body) for name, body in changes.metadata.items()])
         s.write_bytes(f"{directory}/{records.MANIFEST}", records.dumps(
             records.manifest_json([(s.url(f"{directory}/{name}"), size) for name, size in changes.files])))
 

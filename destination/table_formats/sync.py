@@ -12,6 +12,7 @@ fixed, so a catch-up that writes them again writes the same bytes; Delta deletes
 """
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,6 +29,7 @@ from destination.shared.on_disk.datafiles import write_options
 from destination.shared.on_disk.locations import first_written
 from destination.shared.on_disk.options import formats_of_table
 from destination.shared.on_disk.records import FILES_JSON
+from destination.shared.pools import shared_pool
 from destination.shared.storage.base import Storage
 from destination.shared.table_model import DESTINATION_META
 from destination.shared.type_mapping import arrow_schema
@@ -35,6 +37,8 @@ from destination.store.table_store import TableStore
 from destination.store.versions import IncompleteVersion, TableVersion
 from destination.table_formats.delta import CHANGE_DATA
 from destination.table_formats.version import DELTA, ICEBERG, ChangeDataFile, LakeFile, LakeVersion, TableFormat
+
+FORMAT_THREADS = 8  # formats committed beside a request's first one, for all requests of the process at once
 
 
 class FollowFormats:
@@ -44,37 +48,69 @@ class FollowFormats:
         self.formats = tuple(formats)
 
     def __call__(self, store: TableStore, prefix: str, committed: TableVersion, oldest_retained: int) -> bool:
-        followed = True
-        built: dict[int, LakeVersion] = {}  # each version built once for all formats (its change data written once)
-        for fmt in self.formats:
+        """Every format brought up to `committed`, side by side: the first on this thread, the others in a pool
+        (their metadata lives in folders of their own). The request's phases hold the first format's time and,
+        for each other one, the time spent waiting for it afterwards."""
+        built = BuiltVersions()  # each version built once for all formats (its change data written once)
+
+        def follow(fmt: TableFormat) -> bool:
             try:
-                with phases.timed(fmt.name):
-                    bring_up_to_date(store, prefix, fmt, committed, oldest_retained, built)
+                bring_up_to_date(store, prefix, fmt, committed, oldest_retained, built)
+                return True
             except Exception as exc:  # the records commit stands: the next write of the table catches the format up
                 logs.warning(f"{committed.schema}.{committed.table.name}: version {committed.version} is committed "
                              f"but its {fmt.name} metadata could not be written ({_error_text(exc)}); the next write of "
                              f"the table, or `records-destination formats`, brings it up to date")
-                followed = False
+                return False
+        if not self.formats:
+            return True
+        first, *others = self.formats
+        pool = shared_pool("table-formats", FORMAT_THREADS)
+        beside = [(fmt, pool.submit(follow, fmt)) for fmt in others]
+        with phases.timed(first.name):
+            followed = follow(first)
+        for fmt, future in beside:
+            with phases.timed(fmt.name):
+                followed = future.result() and followed
         return followed
 
     def dropped(self, store: TableStore, schema: str, table: str) -> None:
         """The formats' metadata is in the table's folder: dropped with it."""
 
 
+class BuiltVersions:
+    """The versions built for the formats (of one commit, or of a catch-up), shared by formats running side by
+    side: a version's change data is written once. No lock is held while one is built (a format that does not read
+    change data does not wait for another's); a version built twice at once is the same version."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._versions: dict[int, LakeVersion] = {}
+
+    def get(self, store: TableStore, prefix: str, version: TableVersion, with_change_data: bool) -> LakeVersion:
+        with self._lock:
+            made = self._versions.get(version.version)
+        if made is not None and (made.change_data is not None or not with_change_data):
+            return made
+        made = lake_version(store, prefix, version, with_change_data)
+        with self._lock:
+            kept = self._versions.get(version.version)
+            if kept is None or kept.change_data is None:
+                self._versions[version.version] = made
+        return made
+
+
 def bring_up_to_date(store: TableStore, prefix: str, fmt: TableFormat, latest: TableVersion,
-                     oldest_retained: int, built: dict[int, LakeVersion] | None = None) -> int:
+                     oldest_retained: int, built: BuiltVersions | None = None) -> int:
     """Commit to `fmt` every committed version it lacks up to `latest` (from the oldest retained one when it holds
     none); versions retired or incomplete meanwhile are skipped. Returns the number of versions committed."""
     if fmt.name not in formats_of_table((fmt.name,), latest.table.stored_format):
         return 0  # Delta reads Parquet data files only; Iceberg here describes Parquet files only
     storage = store.storage
-    built = {} if built is None else built
+    versions = BuiltVersions() if built is None else built
 
     def lake(version: TableVersion) -> LakeVersion:
-        made = built.get(version.version)
-        if made is None or (fmt.reads_change_data and made.change_data is None):
-            made = built[version.version] = lake_version(store, prefix, version, fmt.reads_change_data)
-        return made
+        return versions.get(store, prefix, version, fmt.reads_change_data)
 
     last = fmt.last_version(storage, prefix)
     if last is not None and last >= latest.version:

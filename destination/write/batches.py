@@ -13,13 +13,14 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import BinaryIO
 
 from destination.shared.batch.reader import FileFormat
 from destination.shared.errors import BadBatchFile, TableNotFound, UserActionRequired
+from destination.shared.pools import shared_pool
 from destination.shared.table_model import TableDef
 from destination.store.versions import TableVersion
 from spark_jobs.contracts import FILE_KINDS, BatchFileRef
@@ -29,7 +30,7 @@ WRITE_BATCH, WRITE_HISTORY_BATCH = "WriteBatch", "WriteHistoryBatch"
 
 
 # hashes a request's files while its write runs (hashlib releases the GIL on large buffers)
-_DIGESTS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="batch-digest")
+DIGEST_THREADS = 4
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,7 @@ def plan_batch(files: dict[str, list[str]], keys: dict[str, bytes], fmt: FileFor
             fingerprint.update(f"{kind}\x00{os.path.basename(path)}\x00{size}\x00".encode())
             total += size
             refs.append(BatchFileRef(kind=kind, path=path, key=keys.get(path), position=len(refs)))
-    identity = BatchIdentity(fingerprint.hexdigest()[:16], _DIGESTS.submit(_digest, refs))
+    identity = BatchIdentity(fingerprint.hexdigest()[:16], shared_pool("batch-digest", DIGEST_THREADS).submit(_digest, refs))
     return BatchPlan(files=tuple(refs), fmt=fmt, identity=identity, total_bytes=total)
 
 

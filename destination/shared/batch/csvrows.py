@@ -18,16 +18,19 @@ tests/test_csv_bytes.py guards each pyarrow behaviour this relies on.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait
 from typing import BinaryIO
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
+from destination.shared.pools import shared_pool
+
 Chunk = bytes | bytearray  # a chunk of CSV bytes: its own buffer (bytearray) or a slice of one
 
 READ_SIZE = 1 << 20
+READ_AHEAD_THREADS = 8  # files read ahead at once in a process (more wait for a thread)
 BOM = b"\xef\xbb\xbf"
 MAX_BLOCK = (1 << 31) - 1  # read_csv's block size is an int32
 QUOTE, COMMA, LF, CR = ord('"'), ord(","), ord("\n"), ord("\r")
@@ -40,12 +43,16 @@ class RowTooLarge(ValueError):
 
 
 def read_ahead(chunks: Iterator[Chunk]) -> Iterator[Chunk]:
-    """The same chunks, the next one read (decrypted, decompressed, cut) in a thread while the caller parses."""
-    with ThreadPoolExecutor(1, thread_name_prefix="csv-read-ahead") as pool:
-        pending = pool.submit(next, chunks, None)
+    """The same chunks, the next one read (decrypted, decompressed, cut) in a pool thread while the caller parses.
+    A read still running when the caller stops is waited for: the caller may close the stream next."""
+    pool = shared_pool("csv-read-ahead", READ_AHEAD_THREADS)
+    pending = pool.submit(next, chunks, None)
+    try:
         while (chunk := pending.result()) is not None:
             pending = pool.submit(next, chunks, None)
             yield chunk
+    finally:
+        wait([pending])
 
 
 def iter_row_chunks(stream: BinaryIO, target: int) -> Iterator[bytearray]:
