@@ -223,6 +223,37 @@ def test_committing_a_version_the_log_holds_does_nothing(storage: Storage) -> No
     assert read_deltalake(storage) == expected(storage, lake(2, TABLE, [a, b]))
 
 
+def test_a_log_another_writer_replaced_is_diffed_as_it_stands_not_as_this_process_left_it(storage: Storage) -> None:
+    """A commit diffs against the state this process kept after its last commit only while the log's newest commit
+    is the very file it wrote: here the table was dropped and made again elsewhere (same folder, same versions), and
+    this process still holds the old table's state for version 2 (put back by hand, as another process's work
+    leaves it). Diffed against that, version 3 would add c twice and remove files the log never held."""
+    from destination.table_formats import delta
+
+    a = data_file(storage, 1, TABLE, rows_of(TABLE, [1], "a"))
+    b = data_file(storage, 2, TABLE, rows_of(TABLE, [2], "b"))
+    DELTA.commit(storage, PREFIX, lake(1, TABLE, [a]), oldest_retained=1)
+    DELTA.commit(storage, PREFIX, lake(2, TABLE, [a, b]), oldest_retained=1)
+    old_table_state = delta._LAST_COMMITS.state(storage, PREFIX, 2)
+    assert old_table_state is not None and set(old_table_state.files) == {a.path, b.path}
+
+    storage.delete_prefix(PREFIX)  # dropped; made again with other rows
+    c = data_file(storage, 1, TABLE, rows_of(TABLE, [3], "c"))
+    d = data_file(storage, 2, TABLE, rows_of(TABLE, [4], "d"))
+    DELTA.commit(storage, PREFIX, lake(1, TABLE, [c], at=T0 + 50), oldest_retained=1)
+    DELTA.commit(storage, PREFIX, lake(2, TABLE, [c, d], at=T0 + 51), oldest_retained=1)
+    body = storage.read_bytes(f"{PREFIX}/{LOG}/{2:020d}.json")
+    delta._LAST_COMMITS.keep(storage, PREFIX, b"not the file the log holds" + body, old_table_state)
+
+    e = data_file(storage, 3, TABLE, rows_of(TABLE, [5], "e"))
+    third = lake(3, TABLE, [c, e], at=T0 + 52)
+    DELTA.commit(storage, PREFIX, third, oldest_retained=1)
+
+    assert_all_read(storage, third)
+    removed = [action["remove"]["path"] for action in log_actions(storage, 3) if "remove" in action]
+    assert removed == [d.path]
+
+
 def test_a_first_entry_after_version_one_and_a_gap_read_back_in_every_reader(storage: Storage) -> None:
     assert DELTA.last_version(storage, PREFIX) is None
     a = data_file(storage, 5, TABLE, rows_of(TABLE, [1, 2], "a"))

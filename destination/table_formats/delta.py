@@ -4,8 +4,8 @@ version N = records version N, the data files referenced where they were first w
 Who writes what. Our code writes each commit JSON (commitInfo, protocol and metaData when they change, add, remove,
 cdc) through `Storage.create_exclusive`, so the commit point is create-if-absent on both backends: two writers
 committing version N converge (the loser finds it and does nothing). delta-rs (`deltalake`) reads the table state
-it diffs against and writes the checkpoints. deltalake 1.6.6's `create_write_transaction` was checked and not used
-for commits: it picks the version itself (read version + 1), so it can neither write version N after a gap nor
+it diffs against (unless this process wrote the log's newest commit: `_LastCommits`) and writes the checkpoints.
+deltalake 1.6.6's `create_write_transaction` was checked and not used for commits: it picks the version itself (read version + 1), so it can neither write version N after a gap nor
 start a log at version K > 1, it has no `cdc` action, and its commit is delta-rs's own put-if-absent, not ours.
 
 Log shape:
@@ -64,7 +64,9 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -171,12 +173,18 @@ class DeltaFormat:
         commits = _commit_versions(names)
         number = version.version
         if not commits or commits[-1] < number:  # else: the log holds it already
-            previous = _load_state(storage, prefix, commits[-1]) if commits else None
+            previous = _LAST_COMMITS.state(storage, prefix, commits[-1]) if commits else None
+            if commits and previous is None:
+                previous = _load_state(storage, prefix, commits[-1])
             fillers = range(commits[-1] + 1, number) if commits else range(0)
             for filler in fillers:
                 storage.create_exclusive(_commit_path(prefix, filler), _filler_json(version))
+            body, state = _commit_json(version, previous)
             # a writer losing the race for version N finds it there and leaves it as it is
-            storage.create_exclusive(_commit_path(prefix, number), _commit_json(version, previous))
+            if storage.create_exclusive(_commit_path(prefix, number), body) and not fillers:
+                _LAST_COMMITS.keep(storage, prefix, body, state)
+            else:
+                _LAST_COMMITS.forget(storage, prefix)
             names = [*names, *(f"{v:020d}.json" for v in (*fillers, number))]
             if previous is None or number % CHECKPOINT_INTERVAL == 0:
                 _checkpoint(storage, prefix, number)  # the first: a log starting at K needs no 0..K-1
@@ -185,8 +193,48 @@ class DeltaFormat:
         _retire(storage, prefix, names, oldest_retained)
 
 
-def _commit_json(version: LakeVersion, previous: _State | None) -> bytes:
-    """Version N's commit file: its actions against the format's previous entry (None: the first entry)."""
+class _LastCommits:
+    """The state after the last commit this process wrote to each table's log, so that the next commit diffs
+    against it instead of opening the log with delta-rs (its checkpoint and commits: about 10 ms locally and several
+    requests on S3 for every small sync). A kept state is used only while the log's newest commit is still the very
+    file it was kept with (same number, same bytes: another writer's commit, or a table dropped and created again,
+    makes it unused). At most MAX_TABLES tables, the least recently committed forgotten first."""
+
+    MAX_TABLES = 1024
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kept: OrderedDict[str, tuple[bytes, _State]] = OrderedDict()
+
+    def state(self, storage: Storage, prefix: str, newest: int) -> _State | None:
+        with self._lock:
+            kept = self._kept.get(storage.url(prefix))
+        if kept is None or kept[1].version != newest:
+            return None
+        try:
+            same = storage.read_bytes(_commit_path(prefix, newest)) == kept[0]
+        except FileNotFoundError:
+            same = False
+        return kept[1] if same else None
+
+    def keep(self, storage: Storage, prefix: str, body: bytes, state: _State) -> None:
+        with self._lock:
+            self._kept[storage.url(prefix)] = (body, state)
+            self._kept.move_to_end(storage.url(prefix))
+            while len(self._kept) > self.MAX_TABLES:
+                self._kept.popitem(last=False)
+
+    def forget(self, storage: Storage, prefix: str) -> None:
+        with self._lock:
+            self._kept.pop(storage.url(prefix), None)
+
+
+_LAST_COMMITS = _LastCommits()
+
+
+def _commit_json(version: LakeVersion, previous: _State | None) -> tuple[bytes, _State]:
+    """Version N's commit file: its actions against the format's previous entry (None: the first entry), and the
+    entry's state after it."""
     stamp = int(version.committed_at * 1000)
     schema = schema_json(version.table)
     config = configuration(version.table, version.change_feed)
@@ -215,7 +263,10 @@ def _commit_json(version: LakeVersion, previous: _State | None) -> bytes:
     for change in version.change_data or ():
         actions.append({"cdc": {"path": quote(change.path), "partitionValues": {}, "size": change.bytes,
                                 "dataChange": False}})
-    return "".join(json.dumps(action, separators=(",", ":")) + "\n" for action in actions).encode()
+    body = "".join(json.dumps(action, separators=(",", ":")) + "\n" for action in actions).encode()
+    table_id = next((a["metaData"]["id"] for a in actions if "metaData" in a), previous.table_id if previous else "")
+    return body, _State(version=version.version, files={path: f.bytes for path, f in live.items()}, schema=schema,
+                        configuration=config, table_id=table_id)
 
 
 def _filler_json(version: LakeVersion) -> bytes:
