@@ -5,8 +5,9 @@ Who writes what. Our code writes each commit JSON (commitInfo, protocol and meta
 cdc) through `Storage.create_exclusive`, so the commit point is create-if-absent on both backends: two writers
 committing version N converge (the loser finds it and does nothing). delta-rs (`deltalake`) reads the table state
 it diffs against (unless this process wrote the log's newest commit: `_LastCommits`) and writes the checkpoints.
-deltalake 1.6.6's `create_write_transaction` was checked and not used for commits: it picks the version itself (read version + 1), so it can neither write version N after a gap nor
-start a log at version K > 1, it has no `cdc` action, and its commit is delta-rs's own put-if-absent, not ours.
+deltalake 1.6.6's `create_write_transaction` was checked and not used for commits: it picks the version itself (read
+version + 1), so it can neither write version N after a gap nor start a log at version K > 1, it has no `cdc`
+action, and its commit is delta-rs's own put-if-absent, not ours.
 
 Log shape:
 - protocol: reader 3 / writer 7, readerFeatures [timestampNtz], writerFeatures [timestampNtz, changeDataFeed],
