@@ -2,8 +2,9 @@
 file's primitive values, and Arrow gives them the logical types, value for value as fastavro's logical types do.
 
 polars refuses decimals of more than 16 bytes and reads the logical types through its own types, so the reader
-is given the file with its schema's logical types left out (the blocks are unchanged: a logical type does not
-change the encoding) and reads plain ints, longs and bytes; the columns are then typed here:
+is given the file with its schema's logical types left out (the values' bytes are unchanged: a logical type does
+not change the encoding; the blocks inflated beforehand) and reads plain ints, longs and bytes; the columns are
+then typed here:
 
 | Avro (as the codec writes it)    | from polars' column            | to the table's Arrow type                   |
 |----------------------------------|--------------------------------|---------------------------------------------|
@@ -22,16 +23,20 @@ from __future__ import annotations
 
 import io
 import json
-from typing import Any
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, cast
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
+from isal import isal_zlib
 
 _MAGIC = b"Obj\x01"
 _CODECS = (b"null", b"deflate")
 _DAY_MICROS = 86_400_000_000
+_INFLATE_ERROR = cast(type[Exception], isal_zlib.error)  # its stub declares an instance
 
 
 def _read_long(raw: bytes, pos: int) -> tuple[int, int]:
@@ -74,14 +79,41 @@ def header(raw: bytes) -> tuple[dict[str, bytes], int]:
             meta[key], pos = raw[pos:pos + size], pos + size
 
 
-def _without_logical_types(raw: bytes, meta: dict[str, bytes], sync_at: int, schema: dict[str, Any]) -> bytes:
+def _blocks(raw: bytes, start: int) -> list[tuple[int, int, int]]:
+    """Each data block's (row count, start, end of its bytes) from `start`, the first block's."""
+    blocks, pos = [], start
+    while pos < len(raw):
+        count, pos = _read_long(raw, pos)
+        size, pos = _read_long(raw, pos)
+        if size < 0 or pos + size + 16 > len(raw):
+            raise ValueError("a block runs past the end of the file")
+        blocks.append((count, pos, pos + size))
+        pos += size + 16
+    return blocks
+
+
+def _plain_file(raw: bytes, meta: dict[str, bytes], sync_at: int, schema: dict[str, Any]) -> bytes:
+    """The same file with its schema's logical types left out and its blocks inflated (ISA-L inflates them in
+    threads, in a third of the time the reader takes to)."""
     fields = [{**f, "type": ["null", b["type"] if isinstance(b := f["type"][1], dict) else b]} for f in schema["fields"]]
-    plain = {**meta, "avro.schema": json.dumps({**schema, "fields": fields}).encode("utf-8")}
+    plain = {**meta, "avro.schema": json.dumps({**schema, "fields": fields}).encode("utf-8"), "avro.codec": b"null"}
     out = bytearray(_MAGIC) + _long(len(plain))
     for key, value in plain.items():
         out += _long(len(key)) + key.encode("utf-8") + _long(len(value)) + value
-    out += b"\x00"
-    return bytes(out) + raw[sync_at:]
+    sync = raw[sync_at:sync_at + 16]
+    out += b"\x00" + sync
+    blocks = _blocks(raw, sync_at + 16)
+    if meta.get("avro.codec", b"null") == b"null":
+        return bytes(out) + raw[sync_at + 16:]
+
+    def inflate(block: tuple[int, int, int]) -> bytes:
+        return isal_zlib.decompress(raw[block[1]:block[2]], -15)
+
+    parts = [bytes(out)]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        for (count, _, _), data in zip(blocks, pool.map(inflate, blocks), strict=True):
+            parts.append(_long(count) + _long(len(data)) + data + sync)
+    return b"".join(parts)
 
 
 def _decimal(arr: pa.Array, target: pa.DataType) -> pa.Array | None:
@@ -128,8 +160,8 @@ def read(raw: bytes, expected: dict[str, Any], target: pa.Schema) -> pa.Table | 
     if len(raw) == sync_at + 16:  # no block: polars refuses a file without one
         return target.empty_table()
     try:
-        frame = pl.read_avro(io.BytesIO(_without_logical_types(raw, meta, sync_at, writer_schema)))
-    except (pl.exceptions.PolarsError, OSError):
+        frame = pl.read_avro(io.BytesIO(_plain_file(raw, meta, sync_at, writer_schema)))
+    except (pl.exceptions.PolarsError, OSError, ValueError, IndexError, _INFLATE_ERROR):
         return None  # a damaged file: fastavro's error names the cause
     if frame.columns != target.names:
         return None
