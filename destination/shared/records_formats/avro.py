@@ -91,7 +91,7 @@ def read(src: BinaryIO, table_def: TableDef) -> pa.Table:
 
 
 def _read_exactly(raw: bytes, table_def: TableDef, target: pa.Schema) -> pa.Table:
-    """fastavro's reading, row by row (about ten times avro_decode's time): the reference for the files the fast
+    """fastavro's reading, row by row (about fifteen times avro_decode's time): the reference for the files the fast
     reader leaves to it, and the one that names what is wrong with a file that is not the table's."""
     try:
         reader = fastavro.reader(io.BytesIO(raw), reader_schema=avro_schema(table_def))
