@@ -125,8 +125,8 @@ def _decimal(arr: pa.Array, target: pa.DataType) -> pa.Array | None:
     offsets = np.frombuffer(filled.buffers()[1], np.int64)[filled.offset:filled.offset + len(filled) + 1]
     big = np.frombuffer(filled.buffers()[2], np.uint8)[offsets[0]:offsets[-1]].reshape(-1, width)
     little = np.ascontiguousarray(big[:, ::-1])
-    result = pa.Array.from_buffers(target, len(arr), [arr.buffers()[0] if arr.null_count else None,
-                                                      pa.py_buffer(little.tobytes())], arr.null_count, arr.offset)
+    validity = arr.is_valid().buffers()[1] if arr.null_count else None  # a bitmap from offset 0, as `little`
+    result = pa.Array.from_buffers(target, len(arr), [validity, pa.py_buffer(little.tobytes())], arr.null_count)
     try:
         result.validate(full=True)  # a value beyond the precision: fastavro's Decimal, then Arrow's refusal
     except pa.ArrowInvalid:
@@ -144,7 +144,7 @@ def _typed(arr: pa.Array, avro_type: Any, target: pa.DataType) -> pa.Array | Non
             return None
     if logical is not None:  # date, time-micros, (local-)timestamp-micros: the same integer, Arrow's unit
         return arr.view(target)
-    return arr.cast(target)  # checked: an int beyond SHORT raises, as Arrow does on fastavro's values
+    return arr.cast(target)  # checked: an int beyond SHORT raises
 
 
 def read(raw: bytes, expected: dict[str, Any], target: pa.Schema) -> pa.Table | None:
@@ -168,8 +168,10 @@ def read(raw: bytes, expected: dict[str, Any], target: pa.Schema) -> pa.Table | 
     plain = frame.to_arrow()
     arrays = []
     for f, spec in zip(target, writer_schema["fields"], strict=True):
-        arr = plain.column(f.name).combine_chunks()
-        typed = _typed(arr, spec["type"][1], f.type)
+        try:
+            typed = _typed(plain.column(f.name).combine_chunks(), spec["type"][1], f.type)
+        except pa.ArrowInvalid:  # e.g. an int beyond SHORT: fastavro's values meet the same refusal
+            typed = None
         if typed is None:
             return None
         arrays.append(typed)
