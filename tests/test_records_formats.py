@@ -469,3 +469,43 @@ def test_records_mover_reads_each_delimited_variant_into_the_parquet_tables_rows
             if w[n] is None and isinstance(g[n], float) and math.isnan(g[n]):
                 g[n] = None
     assert_rows_equal(got, want)
+
+
+def _fastavro_table(raw: bytes, table_def: TableDef) -> pa.Table:
+    """The oracle: fastavro's own reading of the file (its logical types), put into the table's Arrow types."""
+    target = arrow_schema(list(table_def.columns))
+    rows = list(fastavro.reader(io.BytesIO(raw)))
+    return pa.Table.from_arrays([pa.array([r[f.name] for r in rows], f.type) for f in target], schema=target)
+
+
+@pytest.mark.parametrize("rows", [0, 1, 3000])
+def test_the_fast_avro_reader_reads_every_value_as_fastavro_does(monkeypatch: pytest.MonkeyPatch, rows: int) -> None:
+    from destination.shared.records_formats import avro, avro_decode, avro_encode
+
+    monkeypatch.setattr(avro_encode, "_BLOCK_BYTES", 5000)  # many blocks
+    every = edge_table()
+    table = every.take(pa.array([i % every.num_rows for i in range(rows)], pa.int64()))
+    buf = io.BytesIO()
+    codec("avro").write(table, TABLE_DEF, buf)
+    raw = buf.getvalue()
+    fast = avro_decode.read(raw, avro.avro_schema(TABLE_DEF), arrow_schema(list(COLUMNS)))
+    assert fast is not None  # the codec's own files take the fast path, every type included
+    oracle = _fastavro_table(raw, TABLE_DEF)
+    assert fast.schema == oracle.schema
+    assert_rows_equal(fast.to_pylist(), oracle.to_pylist())
+    assert_rows_equal(codec("avro").read(io.BytesIO(raw), TABLE_DEF).to_pylist(), oracle.to_pylist())
+
+
+def test_an_avro_file_the_fast_reader_cannot_type_exactly_is_read_by_fastavro() -> None:
+    """fastavro's writer encodes decimals in their fewest bytes (the codec: full width) and may use another block
+    codec: the fast reader declines and the file reads through fastavro, the same values."""
+    from destination.shared.records_formats import avro, avro_decode
+
+    table = edge_table()
+    schema = avro.avro_schema(TABLE_DEF)
+    for block_codec in ("deflate", "null"):
+        buf = io.BytesIO()
+        fastavro.writer(buf, schema, edge_rows_as_arrow_pylist(table), codec=block_codec)
+        raw = buf.getvalue()
+        assert avro_decode.read(raw, schema, arrow_schema(list(COLUMNS))) is None
+        assert_rows_equal(codec("avro").read(io.BytesIO(raw), TABLE_DEF).to_pylist(), table.to_pylist())
