@@ -115,6 +115,10 @@ def test_soak_targets_compare_the_last_sample_with_the_first() -> None:
                 "the JVM's open files 400", "Python workers 2 → 2", "the driver JVM's heap used after a full GC 100 → 115"]
     assert all(text.startswith(p) for (text, _), p in zip(verdicts, prefixes, strict=True)), verdicts
     assert [met for _, met in verdicts] == [False, False, True, True, True, True, False]
+    noisy = {"samples": [_sample(1000, 100 * 10**6), {**_sample(2000, 100 * 10**6), "jvm_threads": 94}]}
+    assert soak_targets(noisy)[2][1] is True  # the JVM's 90 threads may vary by 4 (5 %)
+    noisy["samples"][1]["jvm_threads"] = 95
+    assert soak_targets(noisy)[2][1] is False
     assert [ok for _, ok in soak_targets({"samples": [_sample(1000, 10)]})] == [None]
 
 
