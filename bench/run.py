@@ -320,28 +320,30 @@ def run_fleet(args: argparse.Namespace, extra: dict[str, str], work: Path) -> di
     shape = fleet.FleetShape(args.fleet_tables, args.fleet_rows, args.fleet_rounds, args.fleet_sync_rows,
                              tuple(int(n) for n in args.fleet_levels.split(",")))
     tables = fleet.prepare(shape, Path(args.cache) / "fleet", log)
-    out = {}
-    for name in (n.strip() for n in args.backends.split(",")):
-        directory = work / "fleet" / name
-        backend = Backend(name, directory, extra)
-        try:
-            out[name] = fleet.run_backend(backend, shape, tables, directory, args.duckdb_memory, log)
-        finally:
-            backend.stop()
-    return out
+    return _per_backend(args, extra, work / "fleet", lambda backend, directory: fleet.run_backend(
+        backend, shape, tables, directory, args.duckdb_memory, log))
 
 
 def run_soak(args: argparse.Namespace, extra: dict[str, str], work: Path) -> dict[str, Any]:
     """The soak group on every backend (bench/soak.py): the fleet's tables and syncs, its own server per backend."""
+    if args.soak_syncs % args.soak_tables or args.soak_syncs < args.soak_tables:
+        raise SystemExit(f"--soak-syncs {args.soak_syncs} must be a multiple of --soak-tables {args.soak_tables} "
+                         "(one sync per table per round)")
     shape = soak.SoakShape(args.soak_tables, args.soak_syncs, args.soak_in_flight, args.soak_rows, args.soak_sync_rows,
                            args.soak_sample_every)
     tables = fleet.prepare(shape.fleet(), Path(args.cache) / "fleet", log)
+    return _per_backend(args, extra, work / "soak", lambda backend, directory: soak.run_backend(
+        backend, shape, tables, directory, args.duckdb_memory, log))
+
+
+def _per_backend(args: argparse.Namespace, extra: dict[str, str], work: Path,
+                 run_one: Callable[[Backend, Path], dict[str, Any]]) -> dict[str, Any]:
+    """`run_one` on each backend of --backends, in a folder of its own; backend name → its figures."""
     out = {}
     for name in (n.strip() for n in args.backends.split(",")):
-        directory = work / "soak" / name
-        backend = Backend(name, directory, extra)
+        backend = Backend(name, work / name, extra)
         try:
-            out[name] = soak.run_backend(backend, shape, tables, directory, args.duckdb_memory, log)
+            out[name] = run_one(backend, work / name)
         finally:
             backend.stop()
     return out
