@@ -152,11 +152,14 @@ def _count(p: psutil.Process | None, what: str) -> int:
 
 
 def sample(pid: int, syncs: int, seconds: float, errors: int, latencies: list[float]) -> Sample:
+    """The tree's figures now; the JVM's full GC last, so that the RSS is the running server's (G1 gives the regions
+    a full GC frees back in the background, and an RSS read just after one catches the JVM midway)."""
     tree = Tree.of(pid)
+    rss = (_rss(tree.server), _rss(tree.jvm), sum(_rss(w) for w in tree.workers))
+    counts = (len(tree.workers), _count(tree.server, "task"), _count(tree.jvm, "task"), _count(tree.server, "fd"),
+              _count(tree.jvm, "fd"))
     heap, meta = heap_after_gc(tree.jvm.pid) if tree.jvm is not None else (0, 0)
-    return Sample(syncs, seconds, _rss(tree.server), _rss(tree.jvm), sum(_rss(w) for w in tree.workers),
-                  len(tree.workers), _count(tree.server, "task"), _count(tree.jvm, "task"), _count(tree.server, "fd"),
-                  _count(tree.jvm, "fd"), heap, meta, errors, fleet.percentile(latencies, 50),
+    return Sample(syncs, seconds, *rss, *counts, heap, meta, errors, fleet.percentile(latencies, 50),
                   fleet.percentile(latencies, 95))
 
 

@@ -81,8 +81,8 @@ def soak_section(run: Run) -> list[str]:
              f"in flight, against one `serve` process with the configuration's defaults. Every "
              f"{shape['sample_every']:,} syncs (the calls in flight drained first) the server's process tree is "
              "sampled: RSS of the server's Python process, its Spark JVM and Spark's Python workers; threads "
-             "(`/proc/<pid>/task`) and open files (`/proc/<pid>/fd`) of the server and the JVM; the JVM's heap and "
-             "metaspace used right after a full GC (`jcmd GC.run`, `GC.heap_info`). Minutes count from the first "
+             "(`/proc/<pid>/task`) and open files (`/proc/<pid>/fd`) of the server and the JVM; then the JVM's heap "
+             "and metaspace used right after a full GC (`jcmd GC.run`, `GC.heap_info`). Minutes count from the first "
              "sync; p50 / p95 are the chunk's calls (bench/soak.py).", ""]
     for backend, result in sorted(run.soak.items()):
         errors = ", ".join(f"{k} {v}" for k, v in sorted(result.get("errors", {}).items())) or "none"
