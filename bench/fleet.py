@@ -246,16 +246,23 @@ def error_kind(call: Callable[[], Any]) -> str | None:
 
 def run_level(in_flight: int, tables: list[TableSyncs], rounds: range,
               send: Callable[[TableSyncs, list[BatchFile]], str | None]) -> tuple[list[float], Counter[str], float]:
-    """Every table's syncs of `rounds`, `in_flight` calls at a time, round-major; a table's sync starts only after
-    its previous one ended. Returns the calls' latencies, the errors by kind and the level's wall time."""
-    done = {(t.name, r): threading.Event() for t in tables for r in rounds}
+    """Every table's syncs of `rounds`, `in_flight` calls at a time, round-major (`run_calls`)."""
+    return run_calls(in_flight, [(t, r) for r in rounds for t in tables], send)
+
+
+def run_calls(in_flight: int, calls: list[tuple[TableSyncs, int]],
+              send: Callable[[TableSyncs, list[BatchFile]], str | None]) -> tuple[list[float], Counter[str], float]:
+    """The syncs `calls` names (table, round), `in_flight` calls at a time in that order; a table's sync starts only
+    after its previous one in `calls` ended. Returns the calls' latencies, the errors by kind and the wall time."""
+    done = {(t.name, r): threading.Event() for t, r in calls}
     latencies: list[float] = []
     errors: Counter[str] = Counter()
     lock = threading.Lock()
 
     def one(t: TableSyncs, r: int) -> None:
-        if r != rounds.start:
-            done[(t.name, r - 1)].wait()
+        previous = done.get((t.name, r - 1))
+        if previous is not None:
+            previous.wait()
         try:
             started = time.perf_counter()
             kind = send(t, t.syncs[r])
@@ -269,7 +276,7 @@ def run_level(in_flight: int, tables: list[TableSyncs], rounds: range,
 
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=in_flight) as pool:
-        for future in [pool.submit(one, t, r) for r in rounds for t in tables]:
+        for future in [pool.submit(one, t, r) for t, r in calls]:
             future.result()
     return latencies, errors, time.perf_counter() - started
 
@@ -377,11 +384,33 @@ def _urls(backend: FleetBackend, table: str) -> list[str]:
     return [duck.readable(u) for u in data_file_urls(backend.store.storage, version)]
 
 
+def load_tables(stub: Any, conf: dict[str, str], tables: list[TableSyncs]) -> float:
+    """Create and load every table, one call at a time; the seconds it took."""
+    from bench.server import create_table, write
+
+    started = time.perf_counter()
+    for t in tables:
+        create_table(stub, conf, SCHEMA, t.name, False)
+        write(stub, conf, SCHEMA, t.name, [t.load], False)
+    return time.perf_counter() - started
+
+
+def sender(stub: Any, conf: dict[str, str]) -> Callable[[TableSyncs, list[BatchFile]], str | None]:
+    """One sync of a table as one WriteBatch call; its error kind (None: success)."""
+    from bench.server import write_request
+
+    def send(t: TableSyncs, files: list[BatchFile]) -> str | None:
+        request = write_request(conf, SCHEMA, t.name, files, False)
+        return error_kind(lambda: stub.WriteBatch(request, timeout=1800))
+
+    return send
+
+
 def run_backend(backend: FleetBackend, shape: FleetShape, tables: list[TableSyncs], work: Path, duckdb_memory: str,
                 log: Callable[[str], None]) -> dict[str, Any]:
     """Load the tables, copy each for DuckDB, run the server's levels, then the baselines (the server idle), then
     every table against the model; the pass's figures."""
-    from bench.server import Server, create_table, write, write_request
+    from bench.server import Server
 
     work.mkdir(parents=True, exist_ok=True)
     log_path = work / f"server-fleet-{backend.name}.log"
@@ -393,20 +422,12 @@ def run_backend(backend: FleetBackend, shape: FleetShape, tables: list[TableSync
     result: dict[str, Any] = {"shape": asdict(shape), "levels": []}
     try:
         log(f"{backend.name}: fleet: creating and loading {shape.tables} tables of {shape.rows:,} rows")
-        started = time.perf_counter()
-        for t in tables:
-            create_table(stub, conf, SCHEMA, t.name, False)
-            write(stub, conf, SCHEMA, t.name, [t.load], False)
-        result["load_seconds"] = time.perf_counter() - started
+        result["load_seconds"] = load_tables(stub, conf, tables)
         for t in tables:  # DuckDB's copy of each loaded table (not timed)
             urls = ", ".join(duck._literal(u) for u in _urls(backend, t.name))
             con.execute(f"COPY (SELECT * FROM read_parquet([{urls}])) TO {duck._literal(_duck_file(place, t, -1))} "
                         "(FORMAT parquet)")
-
-        def send(t: TableSyncs, files: list[BatchFile]) -> str | None:
-            request = write_request(conf, SCHEMA, t.name, files, False)
-            return error_kind(lambda: stub.WriteBatch(request, timeout=1800))
-
+        send = sender(stub, conf)
         for i, in_flight in enumerate(shape.levels):
             rounds = range(i * shape.rounds, (i + 1) * shape.rounds)
             before = server.memory.now()
@@ -433,6 +454,19 @@ def run_backend(backend: FleetBackend, shape: FleetShape, tables: list[TableSync
         con.close()
         place.remove()
     return result
+
+
+def table_model(t: TableSyncs, rounds: int) -> FleetModel:
+    """The model of table t after its load and its first `rounds` syncs."""
+    model = FleetModel()
+    for f in [t.load, *(f for sync in t.syncs[:rounds] for f in sync)]:
+        model.apply(f)
+    return model
+
+
+def server_differences(backend: FleetBackend, con: duck.Connection, t: TableSyncs, model: FleetModel) -> int:
+    """Keys of the server's table t that differ from the model."""
+    return differences(model.rows, stored_rows(con, _urls(backend, t.name)))
 
 
 def _duck_file(place: baselines.Place, t: TableSyncs, r: int) -> str:
@@ -468,10 +502,8 @@ def _check_tables(backend: FleetBackend, con: duck.Connection, place: baselines.
     """Every table of the server and of DuckDB compared with the model of the files sent."""
     exact = duck_exact = 0
     for t in tables:
-        model = FleetModel()
-        for f in [t.load, *(f for sync in t.syncs for f in sync)]:
-            model.apply(f)
-        server_diff = differences(model.rows, stored_rows(con, _urls(backend, t.name)))
+        model = table_model(t, len(t.syncs))
+        server_diff = server_differences(backend, con, t, model)
         duck_diff = differences(model.rows, stored_rows(con, [_duck_file(place, t, len(t.syncs) - 1)]))
         exact += server_diff == 0
         duck_exact += duck_diff == 0

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.results import Measurement, Run, pass_key
+from bench.soak_report import SOAK_END, SOAK_START, soak_section
 from destination.shared.on_disk.options import REFERENCING, default_layout
 
 GIB = 2**30
@@ -310,6 +311,7 @@ def write_report(run: Run, path: Path) -> None:
         lines += [f"## Results: {key}", "", f"Configuration fields passed to the server: {_passed(run, key)}.", "",
                   *_table(run, scale, backend), ""]
     lines += [*fleet_section(run), ""] if run.fleet else []
+    lines += [*soak_section(run), ""] if run.soak else []
     keys = sorted(run.baselines)
     names = list(dict.fromkeys(name for k in keys for name in run.baselines[k]))
     lines += ["## Baselines (seconds)", "", "| baseline | " + " | ".join(keys) + " |", "|---|" + "---:|" * len(keys),
@@ -417,14 +419,27 @@ def fleet_section(run: Run) -> list[str]:
 
 
 def merge_fleet_section(run: Run, path: Path) -> None:
-    """Write the fleet section into the report at `path`, leaving its other sections as they are: in place of the
-    previous fleet section, else at the end of the results (before their end marker), else before the hand-written
-    analysis, else at the end."""
-    section = "\n".join(fleet_section(run))
+    """Write the fleet section into the report at `path`, leaving its other sections as they are (`merge_section`)."""
+    merge_section(fleet_section(run), FLEET_START, FLEET_END, path)
+
+
+def merge_sections(run: Run, path: Path) -> None:
+    """The fleet and soak sections of a run that measured them, each merged into the report at `path`."""
+    if run.fleet:
+        merge_fleet_section(run, path)
+    if run.soak:
+        merge_section(soak_section(run), SOAK_START, SOAK_END, path)
+
+
+def merge_section(lines: list[str], start: str, end: str, path: Path) -> None:
+    """Write a section (its lines start and end with its markers) into the report at `path`, leaving its other
+    sections as they are: in place of the previous one, else at the end of the results (before their end marker),
+    else before the hand-written analysis, else at the end."""
+    section = "\n".join(lines)
     text = path.read_text() if path.exists() else "# Benchmarks\n"
-    if FLEET_START in text and FLEET_END in text:
-        before, rest = text.split(FLEET_START, 1)
-        text = before + section + rest.split(FLEET_END, 1)[1]
+    if start in text and end in text:
+        before, rest = text.split(start, 1)
+        text = before + section + rest.split(end, 1)[1]
     elif RESULTS_END in text:
         before, after = text.split(RESULTS_END, 1)
         text = before.rstrip("\n") + f"\n\n{section}\n{RESULTS_END}{after}"

@@ -54,6 +54,7 @@ class Run:
     settings: dict[str, dict[str, Any]] = field(default_factory=dict)
     shape: dict[str, Any] = field(default_factory=dict)
     fleet: dict[str, Any] = field(default_factory=dict)  # backend -> the fleet pass's figures (bench/fleet.py)
+    soak: dict[str, Any] = field(default_factory=dict)  # backend -> the soak pass's figures (bench/soak.py)
 
 
 def pass_key(backend: str, scale: int) -> str:
@@ -71,7 +72,8 @@ def load_results(paths: list[Path]) -> Run:
         for m in measurements:
             m.scale = m.scale or scales[0]
         runs.append(Run(scales, data.get("started", path.stat().st_mtime), measurements, data["baselines"],
-                        data.get("settings", {}), data.get("shape", {}), data.get("fleet", {})))
+                        data.get("settings", {}), data.get("shape", {}), data.get("fleet", {}),
+                        data.get("soak", {})))
     merged = runs[0]
     for other in runs[1:]:
         merged.scales = sorted(set(merged.scales) | set(other.scales))
@@ -79,10 +81,11 @@ def load_results(paths: list[Path]) -> Run:
         merged.baselines.update(other.baselines)
         merged.settings.update(other.settings)
         merged.fleet.update(other.fleet)
+        merged.soak.update(other.soak)
     return merged
 
 
 def save(run: Run, path: Path) -> None:
     path.write_text(json.dumps({"scales": run.scales, "started": run.started, "baselines": run.baselines,
-                                "settings": run.settings, "shape": run.shape, "fleet": run.fleet,
+                                "settings": run.settings, "shape": run.shape, "fleet": run.fleet, "soak": run.soak,
                                 "measurements": [asdict(m) for m in run.measurements]}, indent=1))

@@ -20,10 +20,10 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from bench import baselines, duck, fleet
-from bench.report import merge_fleet_section, write_report
+from bench import baselines, duck, fleet, soak
+from bench.report import merge_sections, write_report
 from bench.results import Measurement, Run, load_results, pass_key, save
-from bench.scenarios import FLEET, GROUPS, rows_option, selected_groups
+from bench.scenarios import FLEET, GROUPS, SECTIONS, SOAK, rows_option, selected_groups
 from bench.server import Server, create_table, soft_truncate, unknown_fields, write
 from bench.tables import data_file_urls, stored_bytes
 from bench.workload import CLUSTERED_KINDS, STEP_MS, T0_MS, Shape, Workload, clustered_kind, clustered_name
@@ -320,12 +320,30 @@ def run_fleet(args: argparse.Namespace, extra: dict[str, str], work: Path) -> di
     shape = fleet.FleetShape(args.fleet_tables, args.fleet_rows, args.fleet_rounds, args.fleet_sync_rows,
                              tuple(int(n) for n in args.fleet_levels.split(",")))
     tables = fleet.prepare(shape, Path(args.cache) / "fleet", log)
+    return _per_backend(args, extra, work / "fleet", lambda backend, directory: fleet.run_backend(
+        backend, shape, tables, directory, args.duckdb_memory, log))
+
+
+def run_soak(args: argparse.Namespace, extra: dict[str, str], work: Path) -> dict[str, Any]:
+    """The soak group on every backend (bench/soak.py): the fleet's tables and syncs, its own server per backend."""
+    if args.soak_syncs % args.soak_tables or args.soak_syncs < args.soak_tables:
+        raise SystemExit(f"--soak-syncs {args.soak_syncs} must be a multiple of --soak-tables {args.soak_tables} "
+                         "(one sync per table per round)")
+    shape = soak.SoakShape(args.soak_tables, args.soak_syncs, args.soak_in_flight, args.soak_rows, args.soak_sync_rows,
+                           args.soak_sample_every)
+    tables = fleet.prepare(shape.fleet(), Path(args.cache) / "fleet", log)
+    return _per_backend(args, extra, work / "soak", lambda backend, directory: soak.run_backend(
+        backend, shape, tables, directory, args.duckdb_memory, log))
+
+
+def _per_backend(args: argparse.Namespace, extra: dict[str, str], work: Path,
+                 run_one: Callable[[Backend, Path], dict[str, Any]]) -> dict[str, Any]:
+    """`run_one` on each backend of --backends, in a folder of its own; backend name → its figures."""
     out = {}
     for name in (n.strip() for n in args.backends.split(",")):
-        directory = work / "fleet" / name
-        backend = Backend(name, directory, extra)
+        backend = Backend(name, work / name, extra)
         try:
-            out[name] = fleet.run_backend(backend, shape, tables, directory, args.duckdb_memory, log)
+            out[name] = run_one(backend, work / name)
         finally:
             backend.stop()
     return out
@@ -368,6 +386,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fleet-rounds", type=int, default=10, help="fleet: rounds of one sync per table, per level")
     parser.add_argument("--fleet-sync-rows", type=int, default=500, help="fleet: rows of each sync")
     parser.add_argument("--fleet-levels", default="1,4,8", help="fleet: WriteBatch calls in flight, per level")
+    parser.add_argument("--soak-tables", type=int, default=200, help="soak: tables")
+    parser.add_argument("--soak-syncs", type=int, default=10_000, help="soak: syncs in all (one per table per round)")
+    parser.add_argument("--soak-in-flight", type=int, default=4, help="soak: WriteBatch calls in flight")
+    parser.add_argument("--soak-rows", type=lambda t: rows_option(t)[0], default=2_000,
+                        help="soak: rows of each table's initial load")
+    parser.add_argument("--soak-sync-rows", type=int, default=100, help="soak: rows of each sync")
+    parser.add_argument("--soak-sample-every", type=int, default=1_000, help="soak: syncs between samples")
     parser.add_argument("--layout", help="the `layout` configuration field passed to the server (complete | referencing)")
     parser.add_argument("--target-file-size", help="the `target_file_size` configuration field, e.g. 128MiB")
     parser.add_argument("--catalog", choices=["sql"],
@@ -383,14 +408,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="record py-spy flame graphs of the server")
     parser.add_argument("--from-results", metavar="PATHS",
                         help="measure nothing: write the report again from runs' results.json files (comma-separated; "
-                             "the report's hand-written parts kept); from fleet runs alone, only its fleet section")
+                             "the report's hand-written parts kept); from fleet or soak runs alone, only their sections")
     args = parser.parse_args(argv)
     if args.from_results:
         loaded = load_results([Path(p) for p in args.from_results.split(",")])
         if loaded.measurements:
             write_report(loaded, Path(args.report or "docs/BENCHMARKS.md"))
-        else:  # fleet runs only: their section, the report's others kept
-            merge_fleet_section(loaded, Path(args.report or "docs/BENCHMARKS.md"))
+        else:  # fleet or soak runs only: their sections, the report's others kept
+            merge_sections(loaded, Path(args.report or "docs/BENCHMARKS.md"))
         return 0
     groups = selected_groups(args.scenarios)
     extra = {k: v for k, v in (("layout", args.layout), ("target_file_size", args.target_file_size),
@@ -409,11 +434,14 @@ def main(argv: list[str] | None = None) -> int:
         if FLEET in groups:
             run.fleet.update(run_fleet(args, extra, work))
             save(run, work / "results.json")
-        for rows in (args.rows if groups - {FLEET} else []):
+        if SOAK in groups:
+            run.soak.update(run_soak(args, extra, work))
+            save(run, work / "results.json")
+        for rows in (args.rows if groups - SECTIONS else []):
             shape = Shape(rows, args.small_rows[0], args.change_fraction, args.clustered_syncs, args.small_syncs,
                           args.small_sync_rows)
             w = Workload(shape, Path(args.cache), log)
-            w.prepare(name for g in sorted(groups - {FLEET}) for name in w.set_names(g))
+            w.prepare(name for g in sorted(groups - SECTIONS) for name in w.set_names(g))
             for name in (n.strip() for n in args.backends.split(",")):
                 directory = work / f"{rows}" / name
                 backend = Backend(name, directory, extra)
@@ -429,9 +457,9 @@ def main(argv: list[str] | None = None) -> int:
                     backend.stop()
                 save(run, work / "results.json")  # after every pass: a long run keeps what it measured
         log(f"results in {work / 'results.json'}")
-        if args.report and groups == {FLEET}:  # the report's other sections stay as they are
-            merge_fleet_section(run, Path(args.report))
-            log(f"fleet section written into {args.report}")
+        if args.report and groups <= SECTIONS:  # the report's other sections stay as they are
+            merge_sections(run, Path(args.report))
+            log(f"{' and '.join(sorted(groups))} section(s) written into {args.report}")
         elif args.report:
             write_report(run, Path(args.report))
             log(f"report written to {args.report}")
