@@ -72,7 +72,7 @@ def latest(configuration: dict[str, str], schema: str, name: str) -> TableVersio
 
 
 def has_folder(storage: Storage, prefix: str, folder: str) -> bool:
-    return bool(storage.list_recursive(f"{prefix}/{folder}"))
+    return any(True for _ in storage.list_recursive(f"{prefix}/{folder}"))
 
 
 def test_a_table_moves_through_avro_and_bluelabs_back_to_parquet(stub, configuration, tmp_path: Path,  # type: ignore[no-untyped-def]
@@ -107,8 +107,8 @@ def test_a_table_moves_through_avro_and_bluelabs_back_to_parquet(stub, configura
     check_with_oracle_readers(storage, avro)  # fastavro reads each file as the destination does
     assert ours(configuration, "mv", "t") == before  # ... which is the Parquet rows, value for value
     for folder in ("_delta_log", "_change_data", "metadata"):
-        assert not has_folder(storage, prefix, folder), (folder, storage.list_recursive(f"{prefix}/{folder}")[:3], out)
-    with pytest.raises(Exception, match="(?i)not a delta table|no files in log segment|not found"):
+        assert not has_folder(storage, prefix, folder), folder
+    with pytest.raises(Exception, match=r"(?i)not a delta table|no files in log segment|not found"):
         delta_rs(storage.spec, url)
     with pytest.raises(Exception):  # noqa: B017 - pyiceberg finds no metadata file (its error type varies by store)
         iceberg_pyiceberg(storage.spec, url)
