@@ -204,7 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
                           help="out of Parquet: remove the table's Delta Lake and Iceberg metadata and its --catalog "
                                "entry (refused without it when the table has any)")
     reformat.add_argument("--formats", default="delta,iceberg",
-                          help="back to Parquet: the table formats written for it (default delta,iceberg)")
+                          help="back to Parquet: the table formats written for it, as the server's table_formats "
+                               "(default delta,iceberg; none: no metadata, as a server with table_formats none)")
     reformat.add_argument("--catalog", metavar="CONFIGURATION_JSON",
                           help="the catalog of this configuration file: its entry registered (back to Parquet) or "
                                "dropped (out of Parquet, with --drop-table-formats)")
