@@ -222,3 +222,39 @@ def test_bad_input_names_the_table_and_cause_and_writes_nothing(stub, configurat
     done = subprocess.run([str(BIN), "reformat", "bad.b", "--records-format", "parquet", "--root",
                            configuration["root"]], capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and "already in records format parquet" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("configuration", ["local"], indirect=True)
+def test_the_catalog_entry_is_dropped_out_of_parquet_and_registered_back(stub, configuration, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                          monkeypatch: pytest.MonkeyPatch,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.exceptions import NoSuchTableError
+
+    from destination.table_formats.iceberg import file_io_properties
+
+    uri = f"sqlite:///{tmp_path / 'catalog.db'}"
+    config = {**configuration, "catalog": "sql", "catalog_uri": uri}
+    catalog_file = tmp_path / "catalog.json"
+    catalog_file.write_text(json.dumps({"catalog": "sql", "catalog_uri": uri}))
+    t = table("c", [("id", "INT", True), ("v", "STRING"), *SYS])
+    create(stub, config, "cat", t)
+    write(stub, config, "cat", t, tmp_path, replace=[row(1, "a"), row(2, "b")])
+    storage = open_storage(spec_of(configuration))
+    catalog = SqlCatalog("fivetran", uri=uri, **file_io_properties(storage.spec))
+    assert catalog.load_table(("cat", "c")).scan().to_arrow().num_rows == 2
+    code, _, err = cli(configuration, monkeypatch, capsys, "reformat", "cat.c", "--records-format", "avro",
+                       "--catalog", str(catalog_file))
+    assert code == 1 and "sql catalog" in err and "--drop-table-formats" in err
+    code, _, err = cli(configuration, monkeypatch, capsys, "reformat", "cat.c", "--records-format", "avro",
+                       "--drop-table-formats", "--catalog", str(catalog_file))
+    assert code == 0, err
+    with pytest.raises(NoSuchTableError):  # no entry naming removed metadata
+        catalog.load_table(("cat", "c"))
+    code, _, err = cli(configuration, monkeypatch, capsys, "reformat", "cat.c", "--records-format", "parquet",
+                       "--catalog", str(catalog_file))
+    assert code == 0, err
+    back = latest(configuration, "cat", "c")
+    entry = catalog.load_table(("cat", "c"))
+    assert entry.metadata_location.endswith(f"v{back.version}.metadata.json")
+    assert sorted(entry.scan().to_arrow().column("id").to_pylist()) == [1, 2]
