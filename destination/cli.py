@@ -1,4 +1,4 @@
-"""`records-destination`: serve, tester, tables, show, changes, repair, validate, formats."""
+"""`records-destination`: serve, tester, tables, show, changes, repair, validate, formats, reformat."""
 from __future__ import annotations
 
 import argparse
@@ -77,6 +77,20 @@ def _formats(args: argparse.Namespace) -> int:
     names = table_formats({FORMATS_FIELD: args.formats})
     storage = open_root(args.root, _s3_options(args))
     return formats_command(storage, args.table, names, args.rebuild, catalog_from_file(args.catalog, storage.spec))
+
+
+def _reformat(args: argparse.Namespace) -> int:
+    from destination.catalogs.catalog_settings import catalog_from_file
+    from destination.commands.inspection import open_root
+    from destination.commands.reformat import choice_fields, reformat_command
+    from destination.shared.on_disk.options import FORMATS_FIELD, table_formats
+
+    names = table_formats({FORMATS_FIELD: args.formats})
+    storage = open_root(args.root, _s3_options(args))
+    fields = choice_fields(args.records_format, args.records_variant, args.records_hint)
+    logs.configure_library_logging()
+    return reformat_command(storage, args.table, fields, names, args.drop_table_formats,
+                            catalog_from_file(args.catalog, storage.spec), args.spark_master)
 
 
 def _s3_options(args: argparse.Namespace) -> dict[str, str]:
@@ -176,6 +190,28 @@ def build_parser() -> argparse.ArgumentParser:
                                                                 "version again")
     _store_arguments(formats)
     formats.set_defaults(func=_formats)
+    reformat = sub.add_parser("reformat", help="move a table to another records format: its rows written again in "
+                                               "that format as one new version; its next writes use it")
+    reformat.add_argument("table", help="SCHEMA.TABLE")
+    reformat.add_argument("--records-format", required=True, help="parquet, avro or delimited (as the configuration "
+                                                                   "field records_format)")
+    reformat.add_argument("--records-variant", help="delimited only: bluelabs, csv, bigquery or vertica")
+    reformat.add_argument("--records-hint", action="append", default=[], metavar="HINT=VALUE",
+                          help="delimited only, repeatable: a hint override as the configuration's records_<hint> "
+                               "fields (compression, header-row, encoding, dateformat, timeonlyformat, "
+                               "datetimeformat, datetimeformattz)")
+    reformat.add_argument("--drop-table-formats", action="store_true",
+                          help="out of Parquet: remove the table's Delta Lake and Iceberg metadata and its --catalog "
+                               "entry (refused without it when the table has any)")
+    reformat.add_argument("--formats", default="delta,iceberg",
+                          help="back to Parquet: the table formats written for it, as the server's table_formats "
+                               "(default delta,iceberg; none: no metadata, as a server with table_formats none)")
+    reformat.add_argument("--catalog", metavar="CONFIGURATION_JSON",
+                          help="the catalog of this configuration file: its entry registered (back to Parquet) or "
+                               "dropped (out of Parquet, with --drop-table-formats)")
+    reformat.add_argument("--spark-master", default="local[*]", help="Spark master URL (default local[*])")
+    _store_arguments(reformat)
+    reformat.set_defaults(func=_reformat)
     return parser
 
 

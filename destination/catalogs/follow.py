@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from destination.catalogs.catalog import Catalog, DeltaEntries, catalog_name
 from destination.shared import logs, phases
+from destination.shared.on_disk.options import ICEBERG, formats_of_table
 from destination.shared.storage.base import Storage
 from destination.shared.table_model import TableDef
 from destination.store.table_store import TableStore
@@ -88,6 +89,8 @@ class FollowCatalog:
     def __call__(self, store: TableStore, prefix: str, committed: TableVersion, oldest_retained: int) -> bool:
         catalog = self.registry.catalog
         namespace, name = self.registry.names(committed.schema, committed.table.name)
+        if ICEBERG not in formats_of_table((ICEBERG,), committed.table.stored_format):
+            return self._without_iceberg(store, prefix, committed, oldest_retained)
         fault: Exception | None = None
         try:
             with phases.timed("catalog"):
@@ -110,10 +113,32 @@ class FollowCatalog:
             raise fault
         return followed and kept >= oldest_retained
 
+    def _without_iceberg(self, store: TableStore, prefix: str, committed: TableVersion, oldest_retained: int) -> bool:
+        """A table moved out of Parquet (`records-destination reformat`) has no Iceberg metadata, so no entry: one
+        left from its Parquet versions is dropped (first: it names metadata the formats' step removes)."""
+        namespace, name = self.registry.names(committed.schema, committed.table.name)
+        fault: Exception | None = None
+        try:
+            with phases.timed("catalog"):
+                if self.registry.catalog.location(namespace, name) is not None:
+                    self._drop_entries(committed.schema, committed.table.name)
+        except Exception as exc:  # raised after the formats followed, as in __call__
+            fault = exc
+        followed = self.formats(store, prefix, committed, oldest_retained)
+        if fault is not None:
+            logs.warning(f"{committed.schema}.{committed.table.name}: version {committed.version} is not in Parquet but "
+                         f"its {self.registry.catalog.described} entry was not dropped ({fault}); the next request "
+                         "for the table drops it")
+            raise fault
+        return followed
+
     def dropped(self, store: TableStore, schema: str, table: str) -> None:
         """The table is being dropped: its entry goes first (a reader never finds an entry naming deleted files;
         a fault leaves the table as it was, for the retry)."""
         self.formats.dropped(store, schema, table)
+        self._drop_entries(schema, table)
+
+    def _drop_entries(self, schema: str, table: str) -> None:
         namespace, name = self.registry.names(schema, table)
         self.registry.catalog.drop(namespace, name)
         if self.registry.delta is not None:

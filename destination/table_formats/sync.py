@@ -104,9 +104,10 @@ def bring_up_to_date(store: TableStore, prefix: str, fmt: TableFormat, latest: T
                      oldest_retained: int, built: BuiltVersions | None = None) -> int:
     """Commit to `fmt` every committed version it lacks up to `latest` (from the oldest retained one when it holds
     none); versions retired or incomplete meanwhile are skipped. Returns the number of versions committed."""
-    if fmt.name not in formats_of_table((fmt.name,), latest.table.stored_format):
-        return 0  # Delta reads Parquet data files only; Iceberg here describes Parquet files only
     storage = store.storage
+    if not _applies(fmt, latest):  # Delta reads Parquet data files only; Iceberg here describes Parquet files only
+        _remove_stale(storage, prefix, fmt, latest)
+        return 0
     versions = BuiltVersions() if built is None else built
 
     def lake(version: TableVersion) -> LakeVersion:
@@ -116,17 +117,37 @@ def bring_up_to_date(store: TableStore, prefix: str, fmt: TableFormat, latest: T
     if last is not None and last >= latest.version:
         return 0
     first = oldest_retained if last is None else max(last + 1, oldest_retained)
-    done = 0
+    missed: list[TableVersion] = []
     for n in range(first, latest.version):
         try:
             version = store.load(latest.schema, latest.table.name, n)
         except IncompleteVersion:
             version = None
         if version is not None:
-            fmt.commit(storage, prefix, lake(version), oldest_retained)
-            done += 1
+            # a version in another records format (before `reformat` moved the table back to Parquet) has no entry,
+            # and neither has any before it: the format's history starts again after the table's latest move
+            missed = [*missed, version] if _applies(fmt, version) else []
+    for version in missed:
+        fmt.commit(storage, prefix, lake(version), oldest_retained)
     fmt.commit(storage, prefix, lake(latest), oldest_retained)
-    return done + 1
+    return len(missed) + 1
+
+
+def _applies(fmt: TableFormat, version: TableVersion) -> bool:
+    return fmt.name in formats_of_table((fmt.name,), version.table.stored_format)
+
+
+def _remove_stale(storage: Storage, prefix: str, fmt: TableFormat, latest: TableVersion) -> None:
+    """A table moved out of Parquet (`records-destination reformat`) keeps no metadata of a format that does not
+    describe its files: readers of it fail instead of reading the rows of its last Parquet version. The move
+    removes it; here it is removed when the move stopped before (the next commit, request or `formats` run)."""
+    if fmt.last_version(storage, prefix) is None:
+        return
+    for folder in fmt.folders:
+        storage.delete_prefix(f"{prefix}/{folder}")
+    logs.info(f"{latest.schema}.{latest.table.name}: its {fmt.name} metadata removed: the table's records format is "
+              f"{latest.table.stored_format} since a move (`records-destination reformat`), which {fmt.name} does "
+              "not describe")
 
 
 def lake_version(store: TableStore, prefix: str, version: TableVersion, with_change_data: bool) -> LakeVersion:

@@ -89,8 +89,9 @@ class TableDefinitions:
             origin = source or base
             if origin is None:
                 raise TableNotFound(f"table {schema}.{name} does not exist")
-            out = self._jobs.run(task, schema, origin, target, new, units(origin), f"{operation} {schema}.{name}")
-            return PendingVersion(new, out.new_files, [], {"kind": operation, "counts": out.counts},
+            table = new if source is not None else in_format_of(new, origin.table)
+            out = self._jobs.run(task, schema, origin, target, table, units(origin), f"{operation} {schema}.{name}")
+            return PendingVersion(table, out.new_files, [], {"kind": operation, "counts": out.counts},
                                   out.change_parts(KIND_SNAPSHOT))
         return self._commits.commit(schema, name, produce)
 
@@ -138,10 +139,11 @@ class TableDefinitions:
     def _rekey(self, schema: str, requested: TableDef) -> Outcome:
         """A primary-key change (other columns, or a key column's type) places every row anew in key ranges: stored
         rows become replace operations; refused when two rows would get the same key."""
-        new = replace(requested, placement=KEY_RANGES)  # rows are placed anew anyway
+        planned = replace(requested, placement=KEY_RANGES)  # rows are placed anew anyway
 
         def produce(base: TableVersion | None, target: VersionTarget) -> PendingVersion:
             assert base is not None
+            new = in_format_of(planned, base.table)
             storage = self._store.storage
             parts = [align(read_data_file(storage, file_dir(base.directory, f), f.name), base.table)
                      for f in base.files if f.rows]
@@ -161,5 +163,12 @@ class TableDefinitions:
             out = self._jobs.run(merge_range_task, schema, None, target, new, units, f"rekey {schema}.{new.name}")
             return PendingVersion(new, out.new_files, [], {"kind": "alter_table_primary_key"},
                                   out.change_parts(KIND_SNAPSHOT))
-        committed = self._commits.commit(schema, new.name, produce)
+        committed = self._commits.commit(schema, planned.name, produce)
         return Outcome(committed.version if committed else None)
+
+
+def in_format_of(new: TableDef, base: TableDef) -> TableDef:
+    """A definition planned before the claim, in the records format of the base it is committed on: a move by
+    `records-destination reformat` that another process committed meanwhile stands."""
+    return replace(new, records_format=base.records_format, records_variant=base.records_variant,
+                   records_hints=base.records_hints)

@@ -19,6 +19,7 @@ from destination.shared.key_order import sorted_rows
 from destination.shared.on_disk.datafiles import DataFile, align, read_data_file, write_data_file
 from destination.shared.on_disk.layout import data_file_name
 from destination.shared.on_disk.locations import file_dir
+from destination.shared.records_formats.codec import table_codec
 from destination.shared.storage.base import Storage
 from destination.shared.storage.opening import open_storage
 from destination.shared.table_model import TableDef
@@ -98,6 +99,22 @@ def rewrite_file_task(ctx: JobContext, unit: RewriteUnit) -> FilesWritten:
     old = align(read_data_file(storage, file_dir(ctx.read_dir, f), f.name), unit.old_table)
     table, failures = convert_table(old, unit.old_table, ctx.table, ctx.version, unit.sources, unit.constants)
     return _finish(storage, ctx, table, ctx.table, f.bucket, [f.name], {"converted_failures": failures})
+
+
+UNHELD = "unheld:"  # a reformat task's count of a column's values the new format cannot hold: "unheld:<column>"
+
+
+def reformat_file_task(ctx: JobContext, unit: RewriteUnit) -> FilesWritten:
+    """A stored file written again in the job's records format (`records-destination reformat`): the same rows,
+    value for value. A file holding a value the format cannot hold writes nothing and counts them per column
+    (UNHELD): the driver refuses the move. With change files on, the version's events are none."""
+    storage = open_storage(ctx.storage)
+    f = unit.file
+    rows = align(read_data_file(storage, file_dir(ctx.read_dir, f), f.name), ctx.table)
+    unheld = table_codec(ctx.table).unheld(rows, ctx.table)
+    if unheld:
+        return FilesWritten(counts={UNHELD + name: count for name, count in unheld.items()})
+    return _finish(storage, ctx, rows, ctx.table, f.bucket, [f.name], {"rows": rows.num_rows})
 
 
 def history_rewrite_task(ctx: JobContext, unit: HistoryRewriteUnit) -> FilesWritten:

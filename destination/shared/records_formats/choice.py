@@ -3,7 +3,7 @@ checked when a request's configuration is read, and stamped into a table's defin
 table keeps the format it was created with; changing the fields affects tables created afterwards."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from destination.shared.errors import BadRequest, UserActionRequired
@@ -47,17 +47,22 @@ def _hint_value(hint: str, text: str) -> records_hints.HintValue:
     return text.upper() if hint in ("compression", "encoding") else text
 
 
-def records_choice(configuration: Mapping[str, str]) -> RecordsChoice:
+def configuration_field(name: str) -> str:
+    return f"configuration field {name!r}"
+
+
+def records_choice(configuration: Mapping[str, str],
+                   named: Callable[[str], str] = configuration_field) -> RecordsChoice:
     """The configuration's choice, checked as the codecs decide; a refused value is a UserActionRequired naming
-    its field."""
+    its field as `named` calls it (`reformat` names its command-line options)."""
     fmt = (configuration.get(FORMAT_FIELD) or "").strip().lower() or PARQUET
     if fmt not in FORMATS:
-        raise UserActionRequired(f"configuration field {FORMAT_FIELD!r}: {fmt!r} is not one of {', '.join(FORMATS)}")
+        raise UserActionRequired(f"{named(FORMAT_FIELD)}: {fmt!r} is not one of {', '.join(FORMATS)}")
     if fmt != "delimited":
         return RecordsChoice(fmt)
     variant = (configuration.get(VARIANT_FIELD) or "").strip().lower()
     if not variant:
-        raise UserActionRequired(f"configuration field {VARIANT_FIELD!r}: records_format 'delimited' needs a "
+        raise UserActionRequired(f"{named(VARIANT_FIELD)}: records_format 'delimited' needs a "
                                  f"variant ({', '.join(v for v in records_hints.VARIANTS if v != 'dumb')})")
     overrides: dict[str, records_hints.HintValue] = {}
     for hint, name in HINT_FIELDS.items():
@@ -68,7 +73,7 @@ def records_choice(configuration: Mapping[str, str]) -> RecordsChoice:
     try:
         choice.codec  # noqa: B018 - resolving the hints checks them
     except BadRequest as e:
-        raise UserActionRequired(f"configuration field {_field_named(str(e))!r}: {e}") from None
+        raise UserActionRequired(f"{named(_field_named(str(e)))}: {e}") from None
     return choice
 
 

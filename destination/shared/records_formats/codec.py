@@ -55,6 +55,13 @@ class Codec:
             return delimited.write(table, table_def, out, self.hints)
         raise BadRequest(f"records_format {self.records_format!r}: the Parquet writer is the data-file writer's")
 
+    def unheld(self, table: pa.Table, table_def: TableDef) -> dict[str, int]:
+        """Column → how many of `table`'s values this format would not store as they are (delimited variants: empty
+        text and binary, characters they cannot write); Parquet and Avro hold every value."""
+        if self.records_format == "delimited":
+            return delimited.unheld_values(table, table_def, self.hints)
+        return {}
+
     def read(self, src: BinaryIO, table_def: TableDef) -> pa.Table:
         if self.records_format == "avro":
             return avro.read(src, table_def)

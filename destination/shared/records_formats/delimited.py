@@ -121,14 +121,35 @@ def _text(arr: pa.Array, hints: Hints, col_type: str) -> tuple[pa.Array, pa.Arra
     if pa.types.is_timestamp(t):
         return _dated(arr, str(hints["datetimeformattz"] if t.tz else hints["datetimeformat"])), None
     if pa.types.is_binary(t):
-        bad = pc.equal(pc.binary_length(arr), 0)
         return pa.array([None if b is None else base64.b64encode(b).decode("ascii") for b in arr.to_pylist()],
-                        pa.string()), bad
+                        pa.string()), _unheld(arr, hints, col_type)
+    return arr, _unheld(arr, hints, col_type)
+
+
+def _unheld(arr: pa.Array, hints: Hints, col_type: str) -> pa.Array | None:
+    """A mask of the values the variant cannot hold (an empty field is NULL; a character it cannot write), or None
+    for a type whose every value it holds."""
+    if pa.types.is_binary(arr.type):
+        return pc.equal(pc.binary_length(arr), 0)
+    if not pa.types.is_string(arr.type):
+        return None
     bad = pc.equal(arr, "")
     if col_type != "META":
         for ch in _unholdable(hints):
             bad = pc.or_(bad, pc.match_substring(arr, ch))
-    return arr, bad
+    return bad
+
+
+def unheld_values(table: pa.Table, table_def: TableDef, hints: Hints) -> dict[str, int]:
+    """Column → how many of its values `write` would store as NULL (empty text or binary, a character the
+    variant cannot write); columns losing none are left out."""
+    lost: dict[str, int] = {}
+    for col in table_def.columns:
+        bad = _unheld(table.column(col.name).combine_chunks(), hints, col.type)
+        count = int(pc.sum(pc.fill_null(bad, False)).as_py() or 0) if bad is not None else 0
+        if count:
+            lost[col.name] = count
+    return lost
 
 
 def _field_text(text: pa.Array, hints: Hints) -> pa.Array:
