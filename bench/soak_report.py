@@ -48,6 +48,15 @@ def soak_targets(result: dict[str, Any]) -> list[tuple[str, bool | None]]:
                     f"beyond {HEAP_TOLERANCE:.0%})", change <= HEAP_TOLERANCE))
     else:
         out.append(("the driver JVM's heap: not read (no `jcmd` for its JDK)", None))
+    if "errors" in result:  # a soak whose calls failed or whose tables differ is no soak of a working server
+        errors = result["errors"]
+        out.append((f"calls that failed: {sum(errors.values()):,}"
+                    f"{' (' + ', '.join(f'{k} {v}' for k, v in sorted(errors.items())) + ')' if errors else ''} "
+                    "(target: none)", not errors))
+    if "tables_exact" in result:
+        out.append((f"tables equal to the model at the end: {result['tables_exact']:,} of "
+                    f"{result.get('shape', {}).get('tables', '?')} (target: all)",
+                    result["tables_exact"] == result.get("shape", {}).get("tables")))
     return out
 
 

@@ -120,6 +120,10 @@ def test_soak_targets_compare_the_last_sample_with_the_first() -> None:
     noisy["samples"][1]["jvm_threads"] = 95
     assert soak_targets(noisy)[2][1] is False
     assert [ok for _, ok in soak_targets({"samples": [_sample(1000, 10)]})] == [None]
+    failed = {**flat, "errors": {"gRPC UNAVAILABLE": 2}, "tables_exact": 199, "shape": {"tables": 200}}
+    assert [met for _, met in soak_targets(failed)][-2:] == [False, False]
+    clean = {**flat, "errors": {}, "tables_exact": 200, "shape": {"tables": 200}}
+    assert all(met for _, met in soak_targets(clean))
 
 
 def test_a_soak_run_writes_its_section_and_leaves_the_fleets_and_the_rest(tmp_path: Path) -> None:

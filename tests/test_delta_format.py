@@ -234,7 +234,7 @@ def test_a_log_another_writer_replaced_is_diffed_as_it_stands_not_as_this_proces
     b = data_file(storage, 2, TABLE, rows_of(TABLE, [2], "b"))
     DELTA.commit(storage, PREFIX, lake(1, TABLE, [a]), oldest_retained=1)
     DELTA.commit(storage, PREFIX, lake(2, TABLE, [a, b]), oldest_retained=1)
-    old_table_state = delta._LAST_COMMITS.state(storage, PREFIX, 2)
+    old_table_state = delta._LAST_COMMITS.state(storage, PREFIX, 2, storage.list_children(f"{PREFIX}/{LOG}"))
     assert old_table_state is not None and set(old_table_state.files) == {a.path, b.path}
 
     storage.delete_prefix(PREFIX)  # dropped; made again with other rows
@@ -252,6 +252,24 @@ def test_a_log_another_writer_replaced_is_diffed_as_it_stands_not_as_this_proces
     assert_all_read(storage, third)
     removed = [action["remove"]["path"] for action in log_actions(storage, 3) if "remove" in action]
     assert removed == [d.path]
+
+
+def test_a_log_losing_its_checkpoints_is_not_committed_on_from_the_kept_state(storage: Storage) -> None:
+    """Another process deleting the log (a move out of Parquet), keys in order, has removed every checkpoint and
+    earlier commit but not yet the newest commit, which is still the file this process wrote: a commit on top of it
+    would make a log no reader can load, so the state is read from the log (and that fails, naming the table)."""
+    a = data_file(storage, 1, TABLE, rows_of(TABLE, [1], "a"))
+    b = data_file(storage, 2, TABLE, rows_of(TABLE, [2], "b"))
+    DELTA.commit(storage, PREFIX, lake(1, TABLE, [a]), oldest_retained=1)
+    DELTA.commit(storage, PREFIX, lake(2, TABLE, [a, b]), oldest_retained=1)
+    newest = f"{PREFIX}/{LOG}/{2:020d}.json"
+    for info in list(storage.list_recursive(f"{PREFIX}/{LOG}")):
+        if info.path != newest:
+            storage.delete(info.path)
+
+    with pytest.raises(StorageError, match="Delta log"):
+        DELTA.commit(storage, PREFIX, lake(3, TABLE, [a, b]), oldest_retained=1)
+    assert not storage.exists(f"{PREFIX}/{LOG}/{3:020d}.json")
 
 
 def test_a_first_entry_after_version_one_and_a_gap_read_back_in_every_reader(storage: Storage) -> None:

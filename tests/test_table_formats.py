@@ -157,6 +157,35 @@ def test_a_crash_between_the_records_commit_and_the_formats_is_caught_up_by_the_
     assert ids_in(delta_rs(storage.spec, url)) == ids_in(iceberg_pyiceberg(storage.spec, url)) == [0, 1, 2, 10, 11, 12, 20, 21, 22]
 
 
+def test_formats_written_while_the_table_moved_out_of_parquet_are_removed_again(storage: Storage) -> None:
+    """Another process moves the table to Avro (`reformat`: it commits, then removes the formats' metadata) while
+    this writer is between its records commit and its formats: the formats this writer then writes describe
+    Parquet files of a table that is no longer Parquet, and readers would read them as the table. They go again."""
+    from dataclasses import replace
+
+    prefix = layout.table_prefix(SCHEMA, "events")
+    mover = TableStore(storage)  # the other process: no formats of its own
+
+    def move_out(step: str) -> None:
+        if step != "before_table_formats":
+            return
+        def avro(base: TableVersion | None, target: VersionTarget) -> PendingVersion:
+            assert base is not None
+            return PendingVersion(replace(base.table, records_format="avro"), [], list(base.files), {"kind": "reformat"})
+        moved = mover.write(SCHEMA, "events", avro)
+        assert moved is not None and moved.table.stored_format == "avro"
+        for folder in ("_delta_log", "_change_data", "metadata"):
+            storage.delete_prefix(f"{prefix}/{folder}")
+
+    lake_store(storage).write(SCHEMA, "events", appender(storage, 0))
+    assert storage.list_children(f"{prefix}/_delta_log")
+    lake_store(storage, fault=move_out).write(SCHEMA, "events", appender(storage, 10))
+
+    assert mover.latest_version_number(prefix) == 3
+    assert storage.list_children(f"{prefix}/_delta_log") == []
+    assert storage.list_children(f"{prefix}/metadata") == []
+
+
 def test_retention_in_the_complete_layout_keeps_the_files_the_formats_reference(storage: Storage) -> None:
     store = lake_store(storage, retention=Retention(keep_versions=2, min_age_seconds=0), layout=COMPLETE)
     for i in range(5):

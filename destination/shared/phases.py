@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import contextvars
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 # the fixed set of phase names (a metric label or a log field never takes another)
 PHASES = ("load", "decode", "spark_scheduling", "tasks", "spark_results", "commit", "metadata", "change_files",
@@ -78,6 +81,16 @@ def timed(name: str) -> Iterator[None]:
         recorder._credit(running.name, now - running.since)
         if recorder._stack:
             recorder._stack[-1].since = now
+
+
+def detached(fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)` with no request recording (in a pool thread running a copy of the request's context: the
+    request's own recorder must not be changed by two threads at once)."""
+    token = _current.set(None)
+    try:
+        return fn(*args)
+    finally:
+        _current.reset(token)
 
 
 def add(parts: dict[str, float]) -> None:

@@ -88,6 +88,7 @@ PROTOCOL = {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["ti
             "writerFeatures": ["timestampNtz", "changeDataFeed"]}
 _COMMIT = re.compile(r"^(\d{20})\.json$")
 _VERSIONED = re.compile(r"^(\d{20})\..+$")  # commits, checkpoints (single or multi-part), checksums
+_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint\.")  # single- and multi-part checkpoints
 _SIMPLE_TYPES = {
     "BOOLEAN": "boolean", "SHORT": "short", "INT": "integer", "LONG": "long", "FLOAT": "float", "DOUBLE": "double",
     "NAIVE_DATE": "date", "NAIVE_DATETIME": "timestamp_ntz", "UTC_DATETIME": "timestamp", "BINARY": "binary",
@@ -174,7 +175,7 @@ class DeltaFormat:
         commits = _commit_versions(names)
         number = version.version
         if not commits or commits[-1] < number:  # else: the log holds it already
-            previous = _LAST_COMMITS.state(storage, prefix, commits[-1]) if commits else None
+            previous = _LAST_COMMITS.state(storage, prefix, commits[-1], names) if commits else None
             if commits and previous is None:
                 previous = _load_state(storage, prefix, commits[-1])
             fillers = range(commits[-1] + 1, number) if commits else range(0)
@@ -207,10 +208,16 @@ class _LastCommits:
         self._lock = threading.Lock()
         self._kept: OrderedDict[str, tuple[bytes, _State]] = OrderedDict()
 
-    def state(self, storage: Storage, prefix: str, newest: int) -> _State | None:
+    def state(self, storage: Storage, prefix: str, newest: int, names: list[str]) -> _State | None:
+        """The kept state of the log whose files are `names` (listed just now), when its newest commit `newest` is
+        the file it was kept with and a checkpoint at or before it is still there (a log being deleted by another
+        process, keys in order, loses its checkpoints before its newest commit: delta-rs then reads what is left
+        and fails, rather than this process committing on top of it)."""
         with self._lock:
             kept = self._kept.get(storage.url(prefix))
         if kept is None or kept[1].version != newest:
+            return None
+        if not any((m := _CHECKPOINT.match(name)) and int(m.group(1)) <= newest for name in names):
             return None
         try:
             same = storage.read_bytes(_commit_path(prefix, newest)) == kept[0]

@@ -12,8 +12,10 @@ fixed, so a catch-up that writes them again writes the same bytes; Delta deletes
 """
 from __future__ import annotations
 
+import contextvars
 import threading
 from collections.abc import Sequence
+from concurrent.futures import wait
 from typing import Any
 
 import pyarrow as pa
@@ -48,9 +50,12 @@ class FollowFormats:
         self.formats = tuple(formats)
 
     def __call__(self, store: TableStore, prefix: str, committed: TableVersion, oldest_retained: int) -> bool:
-        """Every format brought up to `committed`, side by side: the first on this thread, the others in a pool
-        (their metadata lives in folders of their own). The request's phases hold the first format's time and,
-        for each other one, the time spent waiting for it afterwards."""
+        """Every format brought up to `committed`, side by side: the one that reads change data (its change data
+        files are the request's `change_files` phase) on this thread, the others in a pool, each in a copy of the
+        request's context (its log fields) without its phases (their metadata lives in folders of their own). The
+        request's phases hold the first format's time and, for each other one, the time spent waiting for it
+        afterwards. Should the table have moved out of Parquet meanwhile (`reformat` by another process, which
+        removes the formats' metadata after its commit), what was just written for `committed` is removed again."""
         built = BuiltVersions()  # each version built once for all formats (its change data written once)
 
         def follow(fmt: TableFormat) -> bool:
@@ -64,14 +69,21 @@ class FollowFormats:
                 return False
         if not self.formats:
             return True
-        first, *others = self.formats
+        first, *others = sorted(self.formats, key=lambda fmt: not fmt.reads_change_data)
         pool = shared_pool("table-formats", FORMAT_THREADS)
-        beside = [(fmt, pool.submit(follow, fmt)) for fmt in others]
-        with phases.timed(first.name):
-            followed = follow(first)
+        beside = [(fmt, pool.submit(contextvars.copy_context().run, phases.detached, follow, fmt)) for fmt in others]
+        try:
+            with phases.timed(first.name):
+                followed = follow(first)
+        finally:
+            wait([future for _fmt, future in beside])  # no format still writing once the request goes on
         for fmt, future in beside:
             with phases.timed(fmt.name):
                 followed = future.result() and followed
+        moved = moved_out_of(store, prefix, committed)
+        if moved is not None:
+            for fmt in self.formats:
+                _remove_stale(store.storage, prefix, fmt, moved)
         return followed
 
     def dropped(self, store: TableStore, schema: str, table: str) -> None:
@@ -131,6 +143,18 @@ def bring_up_to_date(store: TableStore, prefix: str, fmt: TableFormat, latest: T
         fmt.commit(storage, prefix, lake(version), oldest_retained)
     fmt.commit(storage, prefix, lake(latest), oldest_retained)
     return len(missed) + 1
+
+
+def moved_out_of(store: TableStore, prefix: str, committed: TableVersion) -> TableVersion | None:
+    """The table's latest version when a version after `committed` exists and is in a records format the table
+    formats do not describe (a move out of Parquet committed while `committed`'s formats were written); else None.
+    One existence check of the next commit record in the common case."""
+    if not store.storage.exists(layout.log_path(prefix, committed.version + 1)):
+        return None
+    latest = store.load(committed.schema, committed.table.name)
+    if latest is None or formats_of_table((DELTA, ICEBERG), latest.table.stored_format):
+        return None
+    return latest
 
 
 def _applies(fmt: TableFormat, version: TableVersion) -> bool:
