@@ -239,3 +239,18 @@ def test_a_writer_whose_claim_was_taken_over_leaves_the_takers_version_as_commit
     assert validate_version(storage, second.directory) == []
     latest = store.load(SCHEMA, "events")
     assert latest is not None and ids(store, latest) == [1, 2, 3, 20, 21, 22, 100, 101, 102]
+
+
+def test_retention_tells_committed_versions_from_leftovers_by_their_commit_records(storage: Storage) -> None:
+    """Retention's check of which version directories committed (on S3 one listing of the window's commit records,
+    not a HEAD each) agrees with each record's existence, a version whose record is gone among them."""
+    store = TableStore(storage, Retention(keep_versions=2, min_age_seconds=3600))
+    for i in range(7):
+        store.write(SCHEMA, "events", appender(storage, i * 10))
+    prefix = layout.table_prefix(SCHEMA, "events")
+    storage.delete(layout.log_path(prefix, 3))
+    candidates = list(range(1, 7))
+    oracle = {n for n in candidates if storage.exists(layout.log_path(prefix, n))}
+    assert oracle == {1, 2, 4, 5, 6}
+    assert store._retention._committed(prefix, candidates) == oracle
+    assert store._retention._committed(prefix, [5, 6]) == {5, 6}

@@ -3,6 +3,7 @@ records it reads."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -14,6 +15,8 @@ from destination.shared.on_disk.options import Retention
 from destination.shared.storage.base import Storage
 from destination.store.claims import Claims
 from destination.store.loading import VERSION_METADATA
+
+LISTED_FROM = 4  # on S3, version directories from which one listing of their commit records beats a HEAD each
 
 # retiring a version removes its metadata in this order: `_manifest` first (no reader takes it for a records
 # directory any more), `_files.json` last (its list of data files is what retention reads, so a retirement that
@@ -46,11 +49,14 @@ class VersionRetention:
         too_young = False  # a committed version still kept: the ones after it are kept too
         keep_from = latest - self.retention.keep_versions + 1
         oldest_kept = max(1, keep_from)
-        for name in self.storage.list_children(prefix):
+        names = self.storage.list_children(prefix)
+        candidates = [n for n in map(layout.parse_version_dir, names) if n is not None and n < keep_from]
+        committed = self._committed(prefix, candidates)
+        for name in names:
             n = layout.parse_version_dir(name)
             if n is None or n >= keep_from:
                 continue
-            if not self.storage.exists(layout.log_path(prefix, n)):
+            if n not in committed:
                 newest = max((o.mtime for o in self.storage.list_recursive(f"{prefix}/{name}")), default=0.0)
                 if now - newest >= self.retention.min_age_seconds:
                     self.storage.delete_prefix(layout.changes_dir(prefix, n))  # committed versions keep theirs
@@ -77,6 +83,19 @@ class VersionRetention:
                 self._retire(prefix, n, listed)
                 removed.append(layout.version_dir_name(n))
         return removed
+
+    def _committed(self, prefix: str, candidates: list[int]) -> set[int]:
+        """Which of the version directories `candidates` have a commit record (the others are leftovers of writes
+        that never committed: every version before the latest has been decided). On S3, from LISTED_FROM
+        candidates on, one listing of the records whose numbers share the candidates' leading digits (the versions
+        of a retention window: one request, not a HEAD per version younger than `min_age_seconds`); locally, where
+        a listing reads the whole log folder, a check of each."""
+        if not self.storage.spec.is_s3 or len(candidates) < LISTED_FROM:
+            return {n for n in candidates if self.storage.exists(layout.log_path(prefix, n))}
+        paths = [layout.log_path(prefix, n) for n in sorted(candidates)]
+        common = os.path.commonprefix([paths[0], paths[-1]])  # noqa: RUF071 (the keys' leading characters)
+        listed = set(self.storage.list_starting_with(common))
+        return {n for n, path in zip(sorted(candidates), paths, strict=True) if path in listed}
 
     def _retired(self, prefix: str, n: int) -> bool:
         return not self.storage.exists(f"{layout.version_dir(prefix, n)}/{records.FILES_JSON}")
