@@ -24,7 +24,6 @@ from __future__ import annotations
 import io
 import json
 import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
 import numpy as np
@@ -32,6 +31,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 from isal import isal_zlib
+
+from destination.shared.pools import shared_pool
 
 _MAGIC = b"Obj\x01"
 _CODECS = (b"null", b"deflate")
@@ -110,9 +111,9 @@ def _plain_file(raw: bytes, meta: dict[str, bytes], sync_at: int, schema: dict[s
         return isal_zlib.decompress(raw[block[1]:block[2]], -15)
 
     parts = [bytes(out)]
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        for (count, _, _), data in zip(blocks, pool.map(inflate, blocks), strict=True):
-            parts.append(_long(count) + _long(len(data)) + data + sync)
+    pool = shared_pool("avro-blocks", os.cpu_count() or 1)
+    for (count, _, _), data in zip(blocks, pool.map(inflate, blocks), strict=True):
+        parts.append(_long(count) + _long(len(data)) + data + sync)
     return b"".join(parts)
 
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from isal import isal_zlib
+
+from destination.shared.pools import shared_pool
 
 _BLOCK_BYTES = 1 << 20  # rows per block: about a MiB of encoded rows
 DEFLATE_LEVEL = 1  # ISA-L's level 1: a fifth of zlib level 1's time for as many bytes (standard deflate)
@@ -115,9 +116,9 @@ def write_file(out: BinaryIO, schema: dict[str, Any], columns: list[pa.Array], n
         packer = isal_zlib.compressobj(DEFLATE_LEVEL, isal_zlib.DEFLATED, -15)
         return packer.compress(data[int(offsets[bound[0]]):int(offsets[bound[1]])].to_pybytes()) + packer.flush()
 
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # ISA-L lets other threads run meanwhile
-        for (first, end), block in zip(bounds, pool.map(deflate, bounds), strict=True):
-            out.write(_long(end - first) + _long(len(block)) + block + sync)
+    pool = shared_pool("avro-blocks", os.cpu_count() or 1)  # ISA-L lets other threads run meanwhile
+    for (first, end), block in zip(bounds, pool.map(deflate, bounds), strict=True):
+        out.write(_long(end - first) + _long(len(block)) + block + sync)
 
 
 def _long(value: int) -> bytes:
