@@ -509,3 +509,19 @@ def test_an_avro_file_the_fast_reader_cannot_type_exactly_is_read_by_fastavro() 
         raw = buf.getvalue()
         assert avro_decode.read(raw, schema, arrow_schema(list(COLUMNS))) is None
         assert_rows_equal(codec("avro").read(io.BytesIO(raw), TABLE_DEF).to_pylist(), table.to_pylist())
+
+
+@pytest.mark.unit
+def test_values_a_variant_cannot_hold_are_counted_in_large_string_and_binary_columns_too() -> None:
+    """Empty text and binary become NULL in a delimited file: `unheld_values` counts them whatever the Arrow width
+    of the column (a large_string column would otherwise slip past the check, its empty values NULL uncounted)."""
+    from destination.shared.records_formats.delimited import unheld_values
+
+    table_def = TableDef("t", (ColumnDef("id", "INT", primary_key=True), ColumnDef("name", "STRING"),
+                               ColumnDef("payload", "BINARY")))
+    names = ["a", "", None, "", "b"]
+    payloads = [b"x", b"", b"", None, b"y"]
+    rows = pa.table({"id": pa.array([1, 2, 3, 4, 5], pa.int32()), "name": pa.array(names, pa.large_string()),
+                     "payload": pa.array(payloads, pa.large_binary())})
+    expected = {"name": sum(1 for v in names if v == ""), "payload": sum(1 for v in payloads if v == b"")}
+    assert unheld_values(rows, table_def, hints_mod.resolve("bluelabs")) == expected

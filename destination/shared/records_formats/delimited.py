@@ -129,9 +129,9 @@ def _text(arr: pa.Array, hints: Hints, col_type: str) -> tuple[pa.Array, pa.Arra
 def _unheld(arr: pa.Array, hints: Hints, col_type: str) -> pa.Array | None:
     """A mask of the values the variant cannot hold (an empty field is NULL; a character it cannot write), or None
     for a type whose every value it holds."""
-    if pa.types.is_binary(arr.type):
+    if pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type):
         return pc.equal(pc.binary_length(arr), 0)
-    if not pa.types.is_string(arr.type):
+    if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
         return None
     bad = pc.equal(arr, "")
     if col_type != "META":
