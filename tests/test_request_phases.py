@@ -107,3 +107,51 @@ def test_write_batch_log_line_carries_its_phases(stub, tmp_path: Path, capsys: p
 
 def _observed(phase: str) -> float:
     return REGISTRY.get_sample_value("records_destination_request_phase_seconds_count", {"phase": phase}) or 0.0
+
+
+class _SleepingFormat:
+    """A table format that takes `seconds` to commit and logs a line as it does."""
+
+    folders: tuple[str, ...] = ()
+
+    def __init__(self, name: str, seconds: float, reads_change_data: bool) -> None:
+        self.name, self.seconds, self.reads_change_data = name, seconds, reads_change_data
+
+    def last_version(self, storage: object, prefix: str) -> int | None:
+        return None
+
+    def commit(self, storage: object, prefix: str, version: object, oldest_retained: int) -> None:
+        import time
+
+        from destination.shared import logs
+
+        logs.info(f"{self.name} committing")
+        time.sleep(self.seconds)
+
+
+@pytest.mark.unit
+def test_formats_beside_the_request_are_timed_by_the_wait_for_them_and_log_for_its_table(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Iceberg commits in a pool thread beside Delta: the request's `iceberg` phase holds the time it waited for it
+    after Delta's commit (not the enclosing `retention`), and the pool thread logs with the request's fields."""
+    from destination.shared import logs
+    from destination.shared.storage.base import StorageSpec
+    from destination.shared.storage.opening import open_storage
+    from destination.store.table_store import TableStore
+    from destination.table_formats.sync import FollowFormats
+    from tests.test_table_store import SCHEMA, appender
+
+    storage = open_storage(StorageSpec(root=str(tmp_path)))
+    committed = TableStore(storage).write(SCHEMA, "events", appender(storage, 0))
+    assert committed is not None
+    delta, iceberg = _SleepingFormat("delta", 0.05, True), _SleepingFormat("iceberg", 0.4, False)
+    store = TableStore(storage)
+    capsys.readouterr()
+    with logs.request_scope(SCHEMA, "events"), phases.recording() as recorder, phases.timed("retention"):
+        assert FollowFormats([iceberg, delta])(store, committed.prefix, committed, 1)
+    assert recorder.seconds["iceberg"] >= 0.25, recorder.seconds
+    assert recorder.seconds["delta"] < recorder.seconds["iceberg"]
+    assert recorder.seconds["retention"] < 0.2, recorder.seconds
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if "committing" in line]
+    assert sorted(line["message"] for line in lines) == ["delta committing", "iceberg committing"]
+    assert all(line["schema"] == SCHEMA and line["table"] == "events" for line in lines), lines

@@ -75,9 +75,10 @@ class FollowFormats:
         try:
             with phases.timed(first.name):
                 followed = follow(first)
-        finally:
+        except BaseException:
             wait([future for _fmt, future in beside])  # no format still writing once the request goes on
-        for fmt, future in beside:
+            raise
+        for fmt, future in beside:  # the wait for each is its phase
             with phases.timed(fmt.name):
                 followed = future.result() and followed
         moved = moved_out_of(store, prefix, committed)
