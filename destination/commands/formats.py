@@ -8,10 +8,9 @@ from destination.catalogs.catalog_settings import CatalogSettings
 from destination.catalogs.follow import point_entry
 from destination.catalogs.kinds import open_registry
 from destination.shared.errors import DestinationError
-from destination.shared.on_disk.options import formats_of_table
 from destination.shared.storage.base import Storage
 from destination.store.table_store import TableStore
-from destination.table_formats.sync import BuiltVersions, bring_up_to_date, formats_named, oldest_retained
+from destination.table_formats.sync import BuiltVersions, applies, bring_up_to_date, formats_named, oldest_retained
 from destination.table_formats.version import ICEBERG
 
 
@@ -44,7 +43,7 @@ def formats_command(storage: Storage, name: str | None, formats: tuple[str, ...]
             built = BuiltVersions()  # each version's change data written once for both formats
             for fmt in chosen:
                 done = bring_up_to_date(store, prefix, fmt, latest, oldest, built)
-                if fmt.name not in formats_of_table((fmt.name,), latest.table.stored_format):
+                if not applies(fmt, latest):
                     print(f"{schema}.{table}: no {fmt.name} metadata (records format {latest.table.stored_format})")
                     continue
                 print(f"{schema}.{table}: {fmt.name} at version {latest.version} ({done} version(s) written)")

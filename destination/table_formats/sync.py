@@ -118,7 +118,7 @@ def bring_up_to_date(store: TableStore, prefix: str, fmt: TableFormat, latest: T
     """Commit to `fmt` every committed version it lacks up to `latest` (from the oldest retained one when it holds
     none); versions retired or incomplete meanwhile are skipped. Returns the number of versions committed."""
     storage = store.storage
-    if not _applies(fmt, latest):  # Delta reads Parquet data files only; Iceberg here describes Parquet files only
+    if not applies(fmt, latest):  # Delta reads Parquet data files only; Iceberg here describes Parquet files only
         _remove_stale(storage, prefix, fmt, latest)
         return 0
     versions = BuiltVersions() if built is None else built
@@ -139,7 +139,7 @@ def bring_up_to_date(store: TableStore, prefix: str, fmt: TableFormat, latest: T
         if version is not None:
             # a version in another records format (before `reformat` moved the table back to Parquet) has no entry,
             # and neither has any before it: the format's history starts again after the table's latest move
-            missed = [*missed, version] if _applies(fmt, version) else []
+            missed = [*missed, version] if applies(fmt, version) else []
     for version in missed:
         fmt.commit(storage, prefix, lake(version), oldest_retained)
     fmt.commit(storage, prefix, lake(latest), oldest_retained)
@@ -158,7 +158,8 @@ def moved_out_of(store: TableStore, prefix: str, committed: TableVersion) -> Tab
     return latest
 
 
-def _applies(fmt: TableFormat, version: TableVersion) -> bool:
+def applies(fmt: TableFormat, version: TableVersion) -> bool:
+    """Whether `fmt` describes the data files of `version` (Delta and Iceberg: Parquet tables only)."""
     return fmt.name in formats_of_table((fmt.name,), version.table.stored_format)
 
 
