@@ -201,14 +201,15 @@ def build_parser() -> argparse.ArgumentParser:
                                "fields (compression, header-row, encoding, dateformat, timeonlyformat, "
                                "datetimeformat, datetimeformattz)")
     reformat.add_argument("--drop-table-formats", action="store_true",
-                          help="out of Parquet: remove the table's Delta Lake and Iceberg metadata and its --catalog "
-                               "entry (refused without it when the table has any)")
+                          help="to a format a table format does not describe (Delta: all but parquet; Iceberg: "
+                               "delimited): remove that metadata and, for Iceberg, the --catalog entry (refused "
+                               "without it when the table has any)")
     reformat.add_argument("--formats", default="delta,iceberg",
-                          help="back to Parquet: the table formats written for it, as the server's table_formats "
+                          help="the table formats kept or written for it, as the server's table_formats "
                                "(default delta,iceberg; none: no metadata, as a server with table_formats none)")
     reformat.add_argument("--catalog", metavar="CONFIGURATION_JSON",
-                          help="the catalog of this configuration file: its entry registered (back to Parquet) or "
-                               "dropped (out of Parquet, with --drop-table-formats)")
+                          help="the catalog of this configuration file: its entry registered or moved (to parquet or "
+                               "avro) or dropped (to delimited, with --drop-table-formats)")
     reformat.add_argument("--spark-master", default="local[*]", help="Spark master URL (default local[*])")
     _store_arguments(reformat)
     reformat.set_defaults(func=_reformat)

@@ -4,6 +4,7 @@ reads the latest version and the one before by time travel, the DELTA entry (dat
 folder that delta-rs reads, a drop removes both entries; on local disk and S3."""
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 from typing import Any
@@ -18,10 +19,13 @@ from destination.catalogs.kinds import follow_hook
 from destination.shared.errors import UserActionRequired
 from destination.shared.on_disk.options import TABLE_FORMATS
 from destination.shared.storage.base import Storage
+from destination.shared.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from destination.table_formats.iceberg import file_io_properties
+from tests.conftest import spec_of
 from tests.lake_readers import delta_rs, rows
 from tests.rpc_helpers import run_tester_input
+from tests.rpc_helpers import table as table_named
 from tests.test_catalogs import metadata_of, named_appender
 from tests.test_table_formats import TESTER_INPUTS, columns_in, records_rows
 from tests.test_table_store import SCHEMA, appender
@@ -128,3 +132,40 @@ def test_every_tester_table_is_found_through_glue_at_its_latest_version(  # type
         assert delta_entry_rows(glue, storage, schema + "_delta", glue_name, columns) == rows(
             records_rows(storage, latest), columns), name
     assert sorted(t["Name"] for t in glue.get_tables(DatabaseName=schema + "_delta")["TableList"]) == sorted(mapped)
+
+
+@pytest.mark.parametrize("configuration", ["local"], indirect=True)
+def test_an_avro_table_has_an_iceberg_entry_only_and_a_move_to_avro_drops_the_delta_one(  # type: ignore[no-untyped-def]
+        grpc_server, stub, configuration, glue_endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Delta Lake does not describe Avro files: with Delta among the table formats, an Avro table gets its ICEBERG
+    entry (listing Avro files) and no DELTA entry; a Parquet table moved to Avro (`reformat --catalog`) keeps its
+    ICEBERG entry, moved to the move's version, and loses its DELTA entry with its `_delta_log/`."""
+    from tests.test_reformat import cli, latest, row
+    from tests.test_write_path import SYS, create, write
+
+    schema = f"avro_{uuid.uuid4().hex[:8]}"
+    glue_fields = {"catalog": "glue", "glue_endpoint": glue_endpoint, "glue_region": "us-east-1",
+                   "glue_access_key_id": KEY, "glue_secret_access_key": SECRET}
+    config = {**configuration, **glue_fields}
+    columns = [("id", "INT", True), ("v", "STRING"), *SYS]
+    born_avro, moved = table_named("born_avro", columns), table_named("moved", columns)
+    create(stub, {**config, "records_format": "avro"}, schema, born_avro)
+    write(stub, config, schema, born_avro, tmp_path, replace=[row(1, "a"), row(2, "b")])
+    create(stub, config, schema, moved)
+    write(stub, config, schema, moved, tmp_path, replace=[row(3, "c")])
+    glue = glue_client(glue_endpoint)
+    delta_names = lambda: sorted(t["Name"] for t in glue.get_tables(DatabaseName=schema + "_delta")["TableList"])  # noqa: E731
+    assert delta_names() == ["moved"]
+    catalog_file = tmp_path / "glue.json"
+    catalog_file.write_text(json.dumps(glue_fields))
+    code, _, err = cli(configuration, monkeypatch, capsys, "reformat", f"{schema}.moved", "--records-format", "avro",
+                       "--drop-table-formats", "--catalog", str(catalog_file))
+    assert code == 0, err
+    assert delta_names() == []
+    catalog = pyiceberg_glue(open_storage(spec_of(configuration)), glue_endpoint)
+    for name in ("born_avro", "moved"):
+        version = latest(configuration, schema, name)
+        entry = catalog.load_table((schema, name))
+        assert entry.metadata_location.endswith(f"{version.prefix}/metadata/v{version.version}.metadata.json")
+        assert {t.file.file_format.name for t in entry.scan().plan_files()} == {"AVRO"}, name

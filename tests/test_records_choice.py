@@ -83,12 +83,13 @@ def test_the_form_offers_the_formats_and_shows_the_variant_and_hints_for_delimit
     assert unknown_fields_message(CSV_ISO) is None
 
 
-def test_table_formats_apply_to_parquet_only_and_a_catalog_needs_a_format_with_iceberg() -> None:
+def test_table_formats_apply_where_the_format_allows_and_a_catalog_needs_a_format_with_iceberg() -> None:
     both = ("delta", "iceberg")
     assert formats_of_table(both, "parquet") == both and formats_of_table(both, "") == both
-    assert formats_of_table(both, "avro") == () and formats_of_table(both, "delimited") == ()
+    assert formats_of_table(both, "avro") == ("iceberg",) and formats_of_table(both, "delimited") == ()
     sql = catalog_settings({"catalog": "sql", "catalog_uri": "sqlite:///c.db"})
-    for configuration in (CSV_ISO, {"records_format": "avro"}):
-        with pytest.raises(UserActionRequired, match=r"'catalog'.*records_format '(delimited|avro)' have no Iceberg"):
-            check_store_options(sql, store_options(configuration, is_s3=False))
+    with pytest.raises(UserActionRequired, match=r"'catalog'.*records_format 'delimited' have no Iceberg"):
+        check_store_options(sql, store_options(CSV_ISO, is_s3=False))
     assert check_store_options(sql, store_options({}, is_s3=False)).records == RecordsChoice("parquet")
+    assert check_store_options(sql, store_options({"records_format": "avro"}, is_s3=False)).records == \
+        RecordsChoice("avro")

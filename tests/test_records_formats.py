@@ -174,10 +174,11 @@ AVRO_TYPES = {  # the seeds' Avro types (Airbyte S3 1.0), written out by hand
     "amount": {"type": "bytes", "logicalType": "decimal", "precision": 38, "scale": 10},
     "huge": {"type": "bytes", "logicalType": "decimal", "precision": 76, "scale": 20},
     "ratio": "float", "score": "double", "day": {"type": "int", "logicalType": "date"},
-    "local_at": {"type": "long", "logicalType": "local-timestamp-micros"},
-    "created_at": {"type": "long", "logicalType": "timestamp-micros"},
+    # timestamps: Airbyte's timestamp-micros, with Iceberg's `adjust-to-utc` telling the two kinds apart
+    "local_at": {"type": "long", "logicalType": "timestamp-micros", "adjust-to-utc": False},
+    "created_at": {"type": "long", "logicalType": "timestamp-micros", "adjust-to-utc": True},
     "at_time": {"type": "long", "logicalType": "time-micros"}, "payload": "bytes", "name": "string",
-    "attrs": "string", "doc": "string", "_fivetran_synced": {"type": "long", "logicalType": "timestamp-micros"},
+    "attrs": "string", "doc": "string", "_fivetran_synced": {"type": "long", "logicalType": "timestamp-micros", "adjust-to-utc": True},
     "_fivetran_deleted": "boolean", META: "string",
 }
 
@@ -197,10 +198,10 @@ def test_avro_round_trips_every_value_and_fastavro_reads_them_exactly() -> None:
         assert branches[0] == "null" and len(branches) == 2
         got = branches[1]
         if isinstance(got, dict):
-            got = {k: v for k, v in got.items() if k in ("type", "logicalType", "precision", "scale")}
+            got = {k: v for k, v in got.items() if k in ("type", "logicalType", "precision", "scale", "adjust-to-utc")}
         assert got == avro_type, name
     # fastavro's values (logical types applied) against the input's Python values
-    assert_rows_equal(list(reader), edge_rows_as_arrow_pylist(table))  # type: ignore[arg-type]
+    assert_rows_equal(list(reader), fastavro_rows(table))  # type: ignore[arg-type]
     assert_rows_equal(codec("avro").read(io.BytesIO(raw), TABLE_DEF).to_pylist(), table.to_pylist())
 
 
@@ -215,13 +216,24 @@ def test_avro_files_of_no_row_one_row_and_many_blocks(monkeypatch: pytest.Monkey
     codec("avro").write(table, TABLE_DEF, buf)
     blocks = list(fastavro.block_reader(io.BytesIO(buf.getvalue())))
     assert sum(b.num_records for b in blocks) == rows and (len(blocks) > 10) == (rows == 3000)
-    assert_rows_equal(list(fastavro.reader(io.BytesIO(buf.getvalue()))), edge_rows_as_arrow_pylist(table))  # type: ignore[arg-type]
+    assert_rows_equal(list(fastavro.reader(io.BytesIO(buf.getvalue()))), fastavro_rows(table))  # type: ignore[arg-type]
 
 
 def edge_rows_as_arrow_pylist(table: pa.Table) -> list[dict[str, Any]]:
     """The input rows, UTC datetimes with the `timezone.utc` fastavro returns (the same instants)."""
     return [{k: (v.astimezone(UTC) if isinstance(v, dt.datetime) and v.tzinfo else v) for k, v in r.items()}
             for r in table.to_pylist()]
+
+
+def fastavro_rows(table: pa.Table) -> list[dict[str, Any]]:
+    """The input rows as fastavro reads them: every datetime in `timezone.utc` (fastavro ignores `adjust-to-utc`:
+    a timestamp without zone reads as that time in UTC)."""
+    return [as_fastavro_reads(r) for r in table.to_pylist()]
+
+
+def as_fastavro_reads(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: (v.astimezone(UTC) if v.tzinfo else v.replace(tzinfo=UTC)) if isinstance(v, dt.datetime) else v
+            for k, v in row.items()}
 
 
 # ---- delimited: the oracle (hints → csv.Dialect, values parsed per the hints' formats) --------------------------
@@ -494,6 +506,35 @@ def test_the_fast_avro_reader_reads_every_value_as_fastavro_does(monkeypatch: py
     assert fast.schema == oracle.schema
     assert_rows_equal(fast.to_pylist(), oracle.to_pylist())
     assert_rows_equal(codec("avro").read(io.BytesIO(raw), TABLE_DEF).to_pylist(), oracle.to_pylist())
+
+
+def test_avro_files_written_before_field_ids_and_iceberg_timestamps_read_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files written before the fields carried `field-id` and timestamps Iceberg's `adjust-to-utc` (a timestamp
+    without zone was `local-timestamp-micros`) hold the same bytes: they take the fast path and read as before."""
+    from destination.shared.records_formats import avro, avro_decode
+
+    current = avro.avro_schema(TABLE_DEF)
+    earlier = {**current, "fields": [
+        {"name": f["name"], "type": ["null", _earlier_type(f["type"][1])], "default": None} for f in current["fields"]]}
+    assert "local-timestamp-micros" in json.dumps(earlier) and "field-id" not in json.dumps(earlier)
+    table = edge_table()
+    buf = io.BytesIO()
+    with monkeypatch.context() as patch:
+        patch.setattr(avro, "avro_schema", lambda _table_def: earlier)
+        codec("avro").write(table, TABLE_DEF, buf)
+    raw = buf.getvalue()
+    assert json.loads(fastavro.reader(io.BytesIO(raw)).metadata["avro.schema"])["fields"] == earlier["fields"]
+    fast = avro_decode.read(raw, current, arrow_schema(list(COLUMNS)))
+    assert fast is not None
+    assert_rows_equal(fast.to_pylist(), table.to_pylist())
+    assert_rows_equal(codec("avro").read(io.BytesIO(raw), TABLE_DEF).to_pylist(), table.to_pylist())
+
+
+def _earlier_type(avro_type: Any) -> Any:
+    if isinstance(avro_type, dict) and avro_type.get("logicalType") == "timestamp-micros":
+        return {"type": "long", "logicalType": "timestamp-micros" if avro_type["adjust-to-utc"] else
+                "local-timestamp-micros"}
+    return avro_type
 
 
 def test_an_avro_file_the_fast_reader_cannot_type_exactly_is_read_by_fastavro() -> None:

@@ -1,8 +1,9 @@
 """`records-destination reformat`: a table written through the server moved Parquet → Avro → delimited (bluelabs) →
 Parquet, each move one version holding the same rows value for value (oracles: pyarrow over the Parquet files
 before and after, fastavro and the csv module driven by `_format_delimited` over the files in between); the
-Delta Lake and Iceberg metadata removed out of Parquet (refused without --drop-table-formats) and written anew
-back in it (delta-rs, pyiceberg); the change files of a move hold no events; writes after a move land in the new
+Delta Lake metadata removed out of Parquet, Iceberg's out of Parquet and Avro (refused without --drop-table-formats),
+Iceberg following the move to Avro (its snapshot lists the Avro files: pyiceberg's plan) and both written anew back
+in Parquet (delta-rs, pyiceberg); the change files of a move hold no events; writes after a move land in the new
 format; bad input names the table and cause, exits 1 and writes nothing."""
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from destination.store.table_store import TableStore
 from destination.store.versions import TableVersion
 from tests.batchfiles import write_csv
 from tests.conftest import spec_of
-from tests.lake_readers import delta_rs, iceberg_pyiceberg
+from tests.lake_readers import delta_rs, iceberg_pyiceberg, iceberg_table
 from tests.rpc_helpers import rows_of, table
 from tests.test_conformance import check_with_oracle_readers
 from tests.test_write_path import KEY, SYS, create, params, write
@@ -71,6 +72,16 @@ def latest(configuration: dict[str, str], schema: str, name: str) -> TableVersio
     return found
 
 
+def iceberg_files(storage: Storage, version: TableVersion) -> set[tuple[str, str]]:
+    """The names and formats of the data files that the Iceberg snapshot of `version` lists (pyiceberg's scan plan:
+    it reads the manifests, not the data files)."""
+    found = iceberg_table(storage.spec, storage.url(version.prefix))
+    snapshot = found.current_snapshot()
+    assert snapshot is not None and snapshot.summary is not None
+    assert snapshot.summary["records-version"] == str(version.version)
+    return {(task.file.file_path.rsplit("/", 1)[-1], task.file.file_format.name) for task in found.scan().plan_files()}
+
+
 def has_folder(storage: Storage, prefix: str, folder: str) -> bool:
     return any(True for _ in storage.list_recursive(f"{prefix}/{folder}"))
 
@@ -90,9 +101,10 @@ def test_a_table_moves_through_avro_and_bluelabs_back_to_parquet(stub, configura
     prefix, url = first.prefix, storage.url(first.prefix)
     assert delta_rs(storage.spec, url).num_rows == 5 and iceberg_pyiceberg(storage.spec, url).num_rows == 5
 
-    # out of Parquet: refused while the table has Delta Lake and Iceberg metadata, unless told to drop them
+    # to Avro: refused while the table has Delta Lake metadata (Iceberg describes Avro files), unless told to drop it
     code, _, err = cli(configuration, monkeypatch, capsys, "reformat", "mv.t", "--records-format", "avro")
-    assert code == 1 and "mv.t" in err and "--drop-table-formats" in err and "delta" in err and "iceberg" in err
+    assert code == 1 and "mv.t" in err and "--drop-table-formats" in err and "delta (_delta_log/" in err
+    assert "iceberg (" not in err
     assert latest(configuration, "mv", "t").version == first.version and has_folder(storage, prefix, "_delta_log")
 
     code, out, err = cli(configuration, monkeypatch, capsys, "reformat", "mv.t", "--records-format", "avro",
@@ -106,12 +118,11 @@ def test_a_table_moves_through_avro_and_bluelabs_back_to_parquet(stub, configura
     assert table_json["records_format"] == "avro"
     check_with_oracle_readers(storage, avro)  # fastavro reads each file as the destination does
     assert ours(configuration, "mv", "t") == before  # ... which is the Parquet rows, value for value
-    for folder in ("_delta_log", "_change_data", "metadata"):
+    for folder in ("_delta_log", "_change_data"):
         assert not has_folder(storage, prefix, folder), folder
     with pytest.raises(Exception, match=r"(?i)not a delta table|no files in log segment|not found"):
         delta_rs(storage.spec, url)
-    with pytest.raises(Exception):  # noqa: B017 - pyiceberg finds no metadata file (its error type varies by store)
-        iceberg_pyiceberg(storage.spec, url)
+    assert iceberg_files(storage, avro) == {(f.name, "AVRO") for f in avro.files}
     moved = read_version(storage, prefix, avro.version)
     assert moved.kind == "rows" and moved.events.count == 0  # the move changes no row
     net, _ = net_between(storage, prefix, first.version - 1, avro.version)
@@ -122,11 +133,19 @@ def test_a_table_moves_through_avro_and_bluelabs_back_to_parquet(stub, configura
     after = latest(configuration, "mv", "t")
     assert after.table.stored_format == "avro" and all(f.name.endswith(".avro") for f in after.files)
     assert not has_folder(storage, prefix, "_delta_log")  # the server's commit writes no Delta Lake for it
+    assert iceberg_files(storage, after) == {(f.name, "AVRO") for f in after.files}
     before = ours(configuration, "mv", "t")
 
-    code, out, err = cli(configuration, monkeypatch, capsys, "reformat", "mv.t", "--records-format", "delimited",
-                         "--records-variant", "bluelabs", "--records-hint", "header-row=true")
+    # to delimited: Iceberg does not describe it either
+    bluelabs = ("reformat", "mv.t", "--records-format", "delimited", "--records-variant", "bluelabs",
+                "--records-hint", "header-row=true")
+    code, out, err = cli(configuration, monkeypatch, capsys, *bluelabs)
+    assert code == 1 and "the table has iceberg (metadata/);" in err and has_folder(storage, prefix, "metadata")
+    code, out, err = cli(configuration, monkeypatch, capsys, *bluelabs, "--drop-table-formats")
     assert code == 0, err
+    assert not has_folder(storage, prefix, "metadata")
+    with pytest.raises(Exception):  # noqa: B017 - pyiceberg finds no metadata file (its error type varies by store)
+        iceberg_pyiceberg(storage.spec, url)
     text = latest(configuration, "mv", "t")
     assert text.table.stored_format == "delimited" and text.table.records_variant == "bluelabs"
     assert all(".csv" in f.name for f in text.files)
@@ -225,7 +244,7 @@ def test_bad_input_names_the_table_and_cause_and_writes_nothing(stub, configurat
 
 
 @pytest.mark.parametrize("configuration", ["local"], indirect=True)
-def test_the_catalog_entry_is_dropped_out_of_parquet_and_registered_back(stub, configuration, tmp_path: Path,  # type: ignore[no-untyped-def]
+def test_the_catalog_entry_follows_avro_is_dropped_for_delimited_and_registered_back(stub, configuration, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                                           monkeypatch: pytest.MonkeyPatch,
                                                                           capsys: pytest.CaptureFixture[str]) -> None:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -243,11 +262,21 @@ def test_the_catalog_entry_is_dropped_out_of_parquet_and_registered_back(stub, c
     storage = open_storage(spec_of(configuration))
     catalog = SqlCatalog("fivetran", uri=uri, **file_io_properties(storage.spec))
     assert catalog.load_table(("cat", "c")).scan().to_arrow().num_rows == 2
+    catalog_option = ("--catalog", str(catalog_file))
     code, _, err = cli(configuration, monkeypatch, capsys, "reformat", "cat.c", "--records-format", "avro",
-                       "--catalog", str(catalog_file))
+                       *catalog_option)
+    assert code == 1 and "sql catalog" not in err and "delta (" in err and "--drop-table-formats" in err
+    code, _, err = cli(configuration, monkeypatch, capsys, "reformat", "cat.c", "--records-format", "avro",
+                       "--drop-table-formats", *catalog_option)
+    assert code == 0, err
+    avro = latest(configuration, "cat", "c")
+    entry = catalog.load_table(("cat", "c"))  # the entry follows the move: Iceberg describes the Avro files
+    assert entry.metadata_location.endswith(f"v{avro.version}.metadata.json")
+    assert {t.file.file_format.name for t in entry.scan().plan_files()} == {"AVRO"}
+    delimited = ("reformat", "cat.c", "--records-format", "delimited", "--records-variant", "bluelabs")
+    code, _, err = cli(configuration, monkeypatch, capsys, *delimited, *catalog_option)
     assert code == 1 and "sql catalog" in err and "--drop-table-formats" in err
-    code, _, err = cli(configuration, monkeypatch, capsys, "reformat", "cat.c", "--records-format", "avro",
-                       "--drop-table-formats", "--catalog", str(catalog_file))
+    code, _, err = cli(configuration, monkeypatch, capsys, *delimited, "--drop-table-formats", *catalog_option)
     assert code == 0, err
     with pytest.raises(NoSuchTableError):  # no entry naming removed metadata
         catalog.load_table(("cat", "c"))

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import fastavro
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -61,7 +62,7 @@ def columns_in(table: TableDef, fmt: str) -> list[str]:
 
 
 def check_field_ids(storage: Storage, version: TableVersion) -> None:
-    """Every live data file carries, for each of its columns, the field id the latest Iceberg schema (read as JSON)
+    """Every live data file (Parquet or Avro) carries, for each of its columns, the field id the latest Iceberg schema (read as JSON)
     gives that column (or, for a column Iceberg leaves out, the name mapping): a reader mapping by id reads the
     right column."""
     metadata = json.loads(storage.read_bytes(f"{version.prefix}/metadata/v{version.version}.metadata.json"))
@@ -70,8 +71,12 @@ def check_field_ids(storage: Storage, version: TableVersion) -> None:
     mapped = {m["names"][0]: m["field-id"] for m in json.loads(metadata["properties"][NAME_MAPPING])}
     for f in version.files:
         with storage.open_input(f"{file_dir(version.directory, f)}/{f.name}") as source:
-            file_schema = pq.read_schema(source)
-        got = {field.name: int((field.metadata or {}).get(b"PARQUET:field_id", -1)) for field in file_schema}
+            if version.table.stored_format == "avro":  # the `field-id` of each field of the file's Avro schema
+                fields = json.loads(fastavro.reader(source).metadata["avro.schema"])["fields"]
+                got = {field["name"]: int(field.get("field-id", -1)) for field in fields}
+            else:
+                got = {field.name: int((field.metadata or {}).get(b"PARQUET:field_id", -1))
+                       for field in pq.read_schema(source)}
         assert got == {name: expected.get(name, mapped.get(name)) for name in got}, f"{version.table.name}/{f.name}"
 
 
@@ -157,10 +162,15 @@ def test_a_crash_between_the_records_commit_and_the_formats_is_caught_up_by_the_
     assert ids_in(delta_rs(storage.spec, url)) == ids_in(iceberg_pyiceberg(storage.spec, url)) == [0, 1, 2, 10, 11, 12, 20, 21, 22]
 
 
-def test_formats_written_while_the_table_moved_out_of_parquet_are_removed_again(storage: Storage) -> None:
-    """Another process moves the table to Avro (`reformat`: it commits, then removes the formats' metadata) while
-    this writer is between its records commit and its formats: the formats this writer then writes describe
-    Parquet files of a table that is no longer Parquet, and readers would read them as the table. They go again."""
+@pytest.mark.parametrize(("records_format", "removed"), [("delimited", ("_delta_log", "_change_data", "metadata")),
+                                                       ("avro", ("_delta_log", "_change_data"))])
+def test_formats_written_while_the_table_moved_out_of_parquet_are_removed_again(storage: Storage, records_format: str,
+                                                                                removed: tuple[str, ...]) -> None:
+    """Another process moves the table to another records format (`reformat`: it commits, then removes the metadata
+    of the formats that do not describe it) while this writer is between its records commit and its formats: what
+    this writer then writes in such a format describes Parquet files of a table that is no longer Parquet, and
+    readers would read them as the table. It goes again; a format that describes the new format stays (Iceberg, for
+    Avro: the next write brings it up to the move)."""
     from dataclasses import replace
 
     prefix = layout.table_prefix(SCHEMA, "events")
@@ -169,12 +179,13 @@ def test_formats_written_while_the_table_moved_out_of_parquet_are_removed_again(
     def move_out(step: str) -> None:
         if step != "before_table_formats":
             return
-        def avro(base: TableVersion | None, target: VersionTarget) -> PendingVersion:
+        def moved(base: TableVersion | None, target: VersionTarget) -> PendingVersion:
             assert base is not None
-            return PendingVersion(replace(base.table, records_format="avro"), [], list(base.files), {"kind": "reformat"})
-        moved = mover.write(SCHEMA, "events", avro)
-        assert moved is not None and moved.table.stored_format == "avro"
-        for folder in ("_delta_log", "_change_data", "metadata"):
+            return PendingVersion(replace(base.table, records_format=records_format), [], list(base.files),
+                                  {"kind": "reformat"})
+        committed = mover.write(SCHEMA, "events", moved)
+        assert committed is not None and committed.table.stored_format == records_format
+        for folder in removed:  # the metadata of the formats that do not describe the new records format
             storage.delete_prefix(f"{prefix}/{folder}")
 
     lake_store(storage).write(SCHEMA, "events", appender(storage, 0))
@@ -182,8 +193,8 @@ def test_formats_written_while_the_table_moved_out_of_parquet_are_removed_again(
     lake_store(storage, fault=move_out).write(SCHEMA, "events", appender(storage, 10))
 
     assert mover.latest_version_number(prefix) == 3
-    assert storage.list_children(f"{prefix}/_delta_log") == []
-    assert storage.list_children(f"{prefix}/metadata") == []
+    for folder in ("_delta_log", "metadata"):
+        assert (storage.list_children(f"{prefix}/{folder}") == []) == (folder in removed), folder
 
 
 def test_retention_in_the_complete_layout_keeps_the_files_the_formats_reference(storage: Storage) -> None:

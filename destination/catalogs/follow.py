@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from destination.catalogs.catalog import Catalog, DeltaEntries, catalog_name
 from destination.shared import logs, phases
-from destination.shared.on_disk.options import ICEBERG, formats_of_table
+from destination.shared.on_disk.options import DELTA, ICEBERG, formats_of_table
 from destination.shared.storage.base import Storage
 from destination.shared.table_model import TableDef
 from destination.store.table_store import TableStore
@@ -67,7 +67,8 @@ def point_entry(registry: Registry, storage: Storage, prefix: str, schema: str, 
         if current == location or (named is not None and named > last):
             return named
         if current is None:
-            if registry.delta is not None:  # first: an Iceberg entry is only made with the Delta one in place
+            # first: an Iceberg entry is only made with the Delta one in place (an Avro table has no Delta Lake)
+            if registry.delta is not None and DELTA in formats_of_table((DELTA,), table.stored_format):
                 registry.delta.register_delta(namespace, name, storage.url(prefix))
             catalog.register(namespace, name, location, table)
             continue  # read back: registered by us, or by another writer meanwhile
@@ -114,8 +115,8 @@ class FollowCatalog:
         return followed and kept >= oldest_retained
 
     def _without_iceberg(self, store: TableStore, prefix: str, committed: TableVersion, oldest_retained: int) -> bool:
-        """A table moved out of Parquet (`records-destination reformat`) has no Iceberg metadata, so no entry: one
-        left from its Parquet versions is dropped (first: it names metadata the formats' step removes)."""
+        """A table moved to delimited files (`records-destination reformat`) has no Iceberg metadata, so no entry:
+        one left from its earlier versions is dropped (first: it names metadata the formats' step removes)."""
         namespace, name = self.registry.names(committed.schema, committed.table.name)
         fault: Exception | None = None
         try:

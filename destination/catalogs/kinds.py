@@ -37,7 +37,7 @@ def check_store_options(settings: CatalogSettings, options: StoreOptions) -> Sto
     if ICEBERG not in APPLIES[options.records.records_format]:
         raise UserActionRequired(f"configuration field 'catalog' is {settings.kind!r}: the catalog registers the "
                                  f"Iceberg table, and tables of records_format {options.records.records_format!r} "
-                                 "have no Iceberg metadata; choose records_format parquet or catalog none")
+                                 "have no Iceberg metadata; choose records_format parquet or avro, or catalog none")
     if ICEBERG not in options.formats:
         raise UserActionRequired(f"configuration field 'catalog' is {settings.kind!r}: the catalog registers the "
                                  f"Iceberg table, so {FORMATS_FIELD!r} must include iceberg")

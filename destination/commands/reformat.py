@@ -4,11 +4,12 @@ one new version through the commit protocol (a server writing the table meanwhil
 first means the move is done again on its version; the move never shows half-done). The next write of the table
 writes the new format.
 
-Table formats: Delta Lake and Iceberg describe Parquet tables only. Moving a table out of Parquet removes their
-metadata (and drops the `--catalog` entry) after the commit, so that their readers fail rather than read the rows of
-the last Parquet version; because that breaks those readers, the move is refused unless `--drop-table-formats`
-says so. Moving a table back to Parquet writes the `--formats` metadata anew from that version on (and registers
-the catalog entry).
+Table formats: Delta Lake describes Parquet tables, Iceberg Parquet and Avro tables, neither a delimited one. A move
+to a records format a table format does not describe removes that format's metadata (and, for Iceberg, drops the
+`--catalog` entry) after the commit, so that its readers fail rather than read the rows of the last version it
+described; because that breaks those readers, the move is refused unless `--drop-table-formats` says so. A format
+that describes the new records format goes on (Iceberg from Parquet to Avro: the move's snapshot replaces every data
+file) or, when the table had none, is written anew from that version on (and the catalog entry registered).
 
 Change files: the version changes no row, so its change files (in the table's change format, as its latest version
 has them) hold no events. Retention is left to the server's next commit: this command retires no version."""
@@ -23,7 +24,7 @@ from destination.catalogs.kinds import follow_hook, open_registry
 from destination.shared.changes.change_settings import ChangeSettings
 from destination.shared.changes.replay import version_files
 from destination.shared.errors import DestinationError, TableNotFound, UserActionRequired
-from destination.shared.on_disk.options import ICEBERG, TABLE_FORMATS, default_layout, formats_of_table
+from destination.shared.on_disk.options import DELTA, ICEBERG, TABLE_FORMATS, default_layout, formats_of_table
 from destination.shared.records_formats.choice import FORMAT_FIELD, HINT_FIELDS, VARIANT_FIELD, records_choice
 from destination.shared.storage.base import Storage
 from destination.store.table_store import Retention, TableStore
@@ -78,33 +79,36 @@ def reformat_command(storage: Storage, name: str, fields: dict[str, str], format
         raise type(exc)(f"{schema}.{table}: {exc}") from None
     prefix = probe.table_prefix(schema, table)
     registry = open_registry(catalog, formats) if catalog is not None else None
-    leaving = not formats_of_table(TABLE_FORMATS, new.stored_format)
-    if leaving:
-        _check_dropping(storage, prefix, registry, current, new.stored_format, drop_table_formats)
-    # out of Parquet every format's metadata goes (the follow step removes what does not describe the files)
-    followed = TABLE_FORMATS if leaving else formats
+    dropped = tuple(f for f in TABLE_FORMATS if f not in formats_of_table(TABLE_FORMATS, new.stored_format))
+    _check_dropping(storage, prefix, registry, current, new.stored_format, dropped, drop_table_formats)
+    # a format that does not describe the new files is followed too: the follow step removes its metadata
+    followed = tuple(f for f in TABLE_FORMATS if f in formats or f in dropped)
     store = TableStore(storage, KEEP_EVERY_VERSION, layout=_layout(probe, prefix, current),
                        follow=follow_hook(followed, catalog or CatalogSettings()))
     changes = _change_settings(storage, prefix, current)
     jobs = JobRunner(storage.spec, lambda: get_session(spark_master), changes, PlacementSettings())
     committed = move_format(jobs, CommitsWithChanges(store, jobs, changes), schema, table, choice)
+    if registry is not None and registry.delta is not None and DELTA in dropped:  # Glue's Delta table names the folder
+        registry.delta.drop_delta(*registry.names(schema, table))
     print(f"{schema}.{table}: version {committed.version} holds its {committed.rows} rows in records format "
           f"{format_text(committed.table)} (was {format_text(current.table)}, version {committed.version - 1})")
     return 0
 
 
 def _check_dropping(storage: Storage, prefix: str, registry: Registry | None, current: TableVersion,
-                    target: str, drop: bool) -> None:
-    """Refuse (unless `drop`) a move out of Parquet of a table with Delta Lake or Iceberg metadata or a catalog
-    entry: the move removes them, and their readers then fail."""
+                    target: str, dropped: tuple[str, ...], drop: bool) -> None:
+    """Refuse (unless `drop`) a move to records format `target`, which the table formats `dropped` do not describe,
+    of a table with metadata of one of them or (Iceberg) a catalog entry: the move removes them, and their readers
+    then fail."""
     table = f"{current.schema}.{current.table.name}"
-    found = [f"{fmt.name} ({', '.join(f + '/' for f in fmt.folders)})" for fmt in formats_named(TABLE_FORMATS)
+    found = [f"{fmt.name} ({', '.join(f + '/' for f in fmt.folders)})" for fmt in formats_named(dropped)
              if fmt.last_version(storage, prefix) is not None]
-    if registry is not None and registry.catalog.location(*registry.names(current.schema, current.table.name)):
+    if (ICEBERG in dropped and registry is not None
+            and registry.catalog.location(*registry.names(current.schema, current.table.name))):
         found.append(f"the {registry.catalog.described} entry")
     if found and not drop:
         raise UserActionRequired(
-            f"table {table}: {target} tables have no Delta Lake or Iceberg metadata, and the table has "
+            f"table {table}: {target} tables have no {' or '.join(dropped)} metadata, and the table has "
             f"{' and '.join(found)}; moving it removes them (their readers then fail instead of reading old rows). "
             f"Pass {DROP_OPTION} to move it anyway; nothing was changed")
 

@@ -133,7 +133,8 @@ def records_form_fields() -> list[common.FormField]:
                  *hint_fields]
     chooser = dropdown(RECORDS_FORMAT_FIELD, "Records format", list(RECORDS_FORMATS),
                        "The data files of tables created from now on (a table keeps the format it was created "
-                       "with): parquet (Delta Lake and Iceberg metadata too), avro or delimited (neither).")
+                       "with): parquet (Delta Lake and Iceberg metadata too), avro (Iceberg metadata too: read by "
+                       "Iceberg's Java library, not pyiceberg or DuckDB) or delimited (neither).")
     return [chooser, common.FormField(
         name=f"{RECORDS_FORMAT_FIELD}_delimited", label="Delimited records", required=False,
         conditional_fields=common.ConditionalFields(

@@ -57,6 +57,7 @@ class ColumnDef:
 
 KEY_RANGES, HASH_BUCKETS = "key-ranges", "hash-buckets"
 PARQUET = "parquet"
+AVRO = "avro"  # the records formats Iceberg metadata may describe (destination/shared/on_disk/options.py APPLIES)
 
 
 @dataclass(frozen=True)

@@ -87,6 +87,7 @@ from pyiceberg.table.name_mapping import MappedField, NameMapping, create_mappin
 from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRef, SnapshotRefType
 from pyiceberg.table.snapshots import MetadataLogEntry, Operation, Snapshot, SnapshotLogEntry, Summary
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
+from pyiceberg.typedef import Record
 from pyiceberg.types import (
     BinaryType,
     BooleanType,
@@ -106,9 +107,9 @@ from pyiceberg.types import (
 from destination.shared import field_ids, logs
 from destination.shared.errors import DestinationError
 from destination.shared.storage.base import Storage, StorageSpec
-from destination.shared.table_model import DESTINATION_META, ColumnDef, TableDef
+from destination.shared.table_model import AVRO, DESTINATION_META, ColumnDef, TableDef
 from destination.shared.type_mapping import decimal_storage
-from destination.table_formats.version import ICEBERG, LakeVersion, left_out_text
+from destination.table_formats.version import ICEBERG, LakeFile, LakeVersion, left_out_text
 
 METADATA = "metadata"
 HINT = "version-hint.text"
@@ -371,13 +372,19 @@ class _Commit:
                     self.removed += 1
             for url in new:
                 writer.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=number,
-                                                   data_file=self._data_file(schema, url, wanted[url].bytes)))
+                                                   data_file=self._data_file(schema, url, wanted[url])))
                 self.added += 1
         self.written.append(path)
         return [writer.to_manifest_file()]
 
-    def _data_file(self, schema: Schema, url: str, size: int) -> DataFile:
-        """A new file's entry, its statistics from its Parquet footer (columns mapped by name)."""
+    def _data_file(self, schema: Schema, url: str, file: LakeFile) -> DataFile:
+        """A new file's entry: a Parquet file's statistics from its footer (columns mapped by name); an Avro file's
+        (the `avro` records format) its rows and size only (Avro keeps no column statistics: readers scan it)."""
+        if self.version.table.stored_format == AVRO:
+            return DataFile.from_args(
+                content=DataFileContent.DATA, file_path=url, file_format=FileFormat.AVRO, partition=Record(),
+                record_count=file.rows, file_size_in_bytes=file.bytes, sort_order_id=None,
+                spec_id=UNPARTITIONED_PARTITION_SPEC.spec_id, equality_ids=None, key_metadata=None)
         import pyarrow.parquet as pq
 
         with self.storage.open_input(self.io.path_of(url)) as source:
@@ -390,7 +397,7 @@ class _Commit:
         stats.column_sizes.pop(_LEFT_OUT_ID, None)
         return DataFile.from_args(
             content=DataFileContent.DATA, file_path=url, file_format=FileFormat.PARQUET,
-            partition=stats.partition(UNPARTITIONED_PARTITION_SPEC, schema), file_size_in_bytes=size,
+            partition=stats.partition(UNPARTITIONED_PARTITION_SPEC, schema), file_size_in_bytes=file.bytes,
             sort_order_id=None, spec_id=UNPARTITIONED_PARTITION_SPEC.spec_id, equality_ids=None, key_metadata=None,
             **stats.to_serialized_dict())
 

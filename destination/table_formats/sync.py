@@ -54,8 +54,9 @@ class FollowFormats:
         files are the request's `change_files` phase) on this thread, the others in a pool, each in a copy of the
         request's context (its log fields) without its phases (their metadata lives in folders of their own). The
         request's phases hold the first format's time and, for each other one, the time spent waiting for it
-        afterwards. Should the table have moved out of Parquet meanwhile (`reformat` by another process, which
-        removes the formats' metadata after its commit), what was just written for `committed` is removed again."""
+        afterwards. Should the table have moved meanwhile to a records format a format does not describe (`reformat`
+        by another process, which removes that format's metadata after its commit), what was just written for
+        `committed` in that format is removed again."""
         built = BuiltVersions()  # each version built once for all formats (its change data written once)
 
         def follow(fmt: TableFormat) -> bool:
@@ -81,10 +82,11 @@ class FollowFormats:
         for fmt, future in beside:  # the wait for each is its phase
             with phases.timed(fmt.name):
                 followed = future.result() and followed
-        moved = moved_out_of(store, prefix, committed)
+        moved = moved_out_of(store, prefix, committed, self.formats)
         if moved is not None:
             for fmt in self.formats:
-                _remove_stale(store.storage, prefix, fmt, moved)
+                if not applies(fmt, moved):
+                    _remove_stale(store.storage, prefix, fmt, moved)
         return followed
 
     def dropped(self, store: TableStore, schema: str, table: str) -> None:
@@ -118,7 +120,7 @@ def bring_up_to_date(store: TableStore, prefix: str, fmt: TableFormat, latest: T
     """Commit to `fmt` every committed version it lacks up to `latest` (from the oldest retained one when it holds
     none); versions retired or incomplete meanwhile are skipped. Returns the number of versions committed."""
     storage = store.storage
-    if not applies(fmt, latest):  # Delta reads Parquet data files only; Iceberg here describes Parquet files only
+    if not applies(fmt, latest):  # Delta reads Parquet data files only; Iceberg Parquet and Avro files
         _remove_stale(storage, prefix, fmt, latest)
         return 0
     versions = BuiltVersions() if built is None else built
@@ -137,8 +139,8 @@ def bring_up_to_date(store: TableStore, prefix: str, fmt: TableFormat, latest: T
         except IncompleteVersion:
             version = None
         if version is not None:
-            # a version in another records format (before `reformat` moved the table back to Parquet) has no entry,
-            # and neither has any before it: the format's history starts again after the table's latest move
+            # a version in a records format `fmt` does not describe (before `reformat` moved the table to one it
+            # does) has no entry, and neither has any before it: its history starts again after that move
             missed = [*missed, version] if applies(fmt, version) else []
     for version in missed:
         fmt.commit(storage, prefix, lake(version), oldest_retained)
@@ -146,26 +148,27 @@ def bring_up_to_date(store: TableStore, prefix: str, fmt: TableFormat, latest: T
     return len(missed) + 1
 
 
-def moved_out_of(store: TableStore, prefix: str, committed: TableVersion) -> TableVersion | None:
-    """The table's latest version when a version after `committed` exists and is in a records format the table
-    formats do not describe (a move out of Parquet committed while `committed`'s formats were written); else None.
-    One existence check of the next commit record in the common case."""
+def moved_out_of(store: TableStore, prefix: str, committed: TableVersion,
+                 formats: Sequence[TableFormat]) -> TableVersion | None:
+    """The table's latest version when a version after `committed` exists and is in a records format one of
+    `formats` does not describe (a move committed while `committed`'s formats were written); else None. One
+    existence check of the next commit record in the common case."""
     if not store.storage.exists(layout.log_path(prefix, committed.version + 1)):
         return None
     latest = store.load(committed.schema, committed.table.name)
-    if latest is None or formats_of_table((DELTA, ICEBERG), latest.table.stored_format):
+    if latest is None or all(applies(fmt, latest) for fmt in formats):
         return None
     return latest
 
 
 def applies(fmt: TableFormat, version: TableVersion) -> bool:
-    """Whether `fmt` describes the data files of `version` (Delta and Iceberg: Parquet tables only)."""
+    """Whether `fmt` describes the data files of `version` (Delta: Parquet tables; Iceberg: Parquet and Avro)."""
     return fmt.name in formats_of_table((fmt.name,), version.table.stored_format)
 
 
 def _remove_stale(storage: Storage, prefix: str, fmt: TableFormat, latest: TableVersion) -> None:
-    """A table moved out of Parquet (`records-destination reformat`) keeps no metadata of a format that does not
-    describe its files: readers of it fail instead of reading the rows of its last Parquet version. The move
+    """A table moved to another records format (`records-destination reformat`) keeps no metadata of a format that
+    does not describe its files: readers of it fail instead of reading the rows of the last version it described. The move
     removes it; here it is removed when the move stopped before (the next commit, request or `formats` run)."""
     if fmt.last_version(storage, prefix) is None:
         return

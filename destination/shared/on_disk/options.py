@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from destination.shared.errors import UserActionRequired
 from destination.shared.records_formats.choice import RecordsChoice, records_choice
+from destination.shared.table_model import AVRO, PARQUET
 
 COMPLETE, REFERENCING = "complete", "referencing"
 LAYOUTS = (COMPLETE, REFERENCING)
@@ -24,10 +25,10 @@ FORMATS_FIELD = "table_formats"
 DELTA, ICEBERG = "delta", "iceberg"
 TABLE_FORMATS = (DELTA, ICEBERG)  # also written for every version, in this order (destination/table_formats/)
 NO_FORMATS = "none"
-# the table formats a table's records format allows: Delta Lake reads Parquet data files only; the Iceberg spec allows
-# Avro data files, but pyiceberg (0.12: "Unsupported file format: AVRO") and DuckDB's iceberg extension read Parquet
-# (and ORC) data files only, so an Avro table gets no Iceberg metadata either
-APPLIES = {"parquet": TABLE_FORMATS, "avro": (), "delimited": ()}
+# the table formats a table's records format allows: Delta Lake reads Parquet data files only; Iceberg reads Parquet
+# and Avro data files (the spec's; Iceberg's Java library reads both, while pyiceberg 0.12 and DuckDB's iceberg
+# extension read Parquet data files only: docs/reference/records-formats.md); delimited files are in neither
+APPLIES = {PARQUET: TABLE_FORMATS, AVRO: (ICEBERG,), "delimited": ()}
 KEEP_VERSIONS = 2
 MIN_AGE_SECONDS = 3600.0
 
@@ -73,7 +74,7 @@ def store_options(configuration: dict[str, str], is_s3: bool) -> StoreOptions:
 
 def formats_of_table(formats: tuple[str, ...], records_format: str) -> tuple[str, ...]:
     """The configured table formats that a table of `records_format` gets."""
-    return tuple(f for f in formats if f in APPLIES.get(records_format or "parquet", TABLE_FORMATS))
+    return tuple(f for f in formats if f in APPLIES.get(records_format or PARQUET, TABLE_FORMATS))
 
 
 def table_formats(configuration: dict[str, str]) -> tuple[str, ...]:

@@ -9,11 +9,14 @@
 | DECIMAL(p,s)    | bytes, logicalType decimal, precision/scale of the storage  |
 | NAIVE_DATE      | int, logicalType date                                       |
 | NAIVE_TIME      | long, logicalType time-micros                               |
-| NAIVE_DATETIME  | long, logicalType local-timestamp-micros                    |
-| UTC_DATETIME    | long, logicalType timestamp-micros                          |
+| NAIVE_DATETIME  | long, logicalType timestamp-micros, adjust-to-utc false     |
+| UTC_DATETIME    | long, logicalType timestamp-micros, adjust-to-utc true      |
 | BINARY          | bytes                                                       |
 | STRING/JSON/XML | string; `_destination_meta` too                             |
 
+Timestamps are typed as Airbyte types them and as Iceberg's Avro spec does (`adjust-to-utc` tells a timestamp without
+zone from one in UTC; Iceberg's Java reader refuses `local-timestamp-micros`, which files written before used and
+are still read). A reader that ignores `adjust-to-utc` (fastavro) reads a NAIVE_DATETIME as that time in UTC.
 Blocks are deflate-compressed (in the Python standard library; snappy would need a further package). Values are
 encoded from Arrow's integers and two's-complement bytes, whole columns at once (avro_encode.py), and read back
 a block at a time by polars, typed as fastavro's logical types type them (avro_decode.py; fastavro itself for a
@@ -30,6 +33,7 @@ import fastavro
 import pyarrow as pa
 
 from destination.shared.errors import BadRequest
+from destination.shared.field_ids import field_ids
 from destination.shared.records_formats import avro_decode, avro_encode
 from destination.shared.table_model import DESTINATION_META, ColumnDef, TableDef
 from destination.shared.type_mapping import arrow_schema, decimal_storage
@@ -41,8 +45,8 @@ _PLAIN: dict[str, Any] = {
     "BOOLEAN": "boolean", "SHORT": "int", "INT": "int", "LONG": "long", "FLOAT": "float", "DOUBLE": "double",
     "NAIVE_DATE": {"type": "int", "logicalType": "date"},
     "NAIVE_TIME": {"type": "long", "logicalType": "time-micros"},
-    "NAIVE_DATETIME": {"type": "long", "logicalType": "local-timestamp-micros"},
-    "UTC_DATETIME": {"type": "long", "logicalType": "timestamp-micros"},
+    "NAIVE_DATETIME": {"type": "long", "logicalType": "timestamp-micros", "adjust-to-utc": False},
+    "UTC_DATETIME": {"type": "long", "logicalType": "timestamp-micros", "adjust-to-utc": True},
     "BINARY": "bytes", "STRING": "string", "JSON": "string", "XML": "string",
 }
 
@@ -63,10 +67,14 @@ def _avro_type(col: ColumnDef) -> Any:
 
 
 def avro_schema(table_def: TableDef) -> dict[str, Any]:
-    """The writer schema: the table's columns in order, then `_destination_meta`, all nullable."""
+    """The writer schema: the table's columns in order, then `_destination_meta`, all nullable, each field with
+    its `field-id` (the attribute Iceberg's Avro readers map columns by; destination/shared/field_ids.py)."""
     check(table_def)
-    fields = [{"name": c.name, "type": ["null", _avro_type(c)], "default": None} for c in table_def.columns]
-    fields.append({"name": DESTINATION_META, "type": ["null", "string"], "default": None})
+    ids = field_ids(table_def)
+    fields = [{"name": c.name, "type": ["null", _avro_type(c)], "default": None, "field-id": ids[c.name]}
+              for c in table_def.columns]
+    fields.append({"name": DESTINATION_META, "type": ["null", "string"], "default": None,
+                   "field-id": ids[DESTINATION_META]})
     return {"type": "record", "name": "row", "fields": fields}
 
 

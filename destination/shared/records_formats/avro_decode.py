@@ -11,7 +11,7 @@ then typed here:
 | int (SHORT, INT)                 | int32                          | int16 / int32, checked cast                 |
 | int date                         | int32 days since 1970-01-01    | date32 (the same days)                      |
 | long time-micros                 | int64 microseconds of the day  | time64[us]; a value outside the day: None   |
-| long (local-)timestamp-micros    | int64 microseconds since epoch | timestamp[us] (UTC for timestamp-micros)    |
+| long timestamp-micros (or local-)| int64 microseconds since epoch | timestamp[us], naive or UTC as the table's  |
 | bytes decimal(p,s)               | big-endian two's complement    | decimal128/256(p,s) of the same unscaled    |
 | bytes / string                   | large binary / large string    | binary / string                             |
 
@@ -148,6 +148,29 @@ def _typed(arr: pa.Array, avro_type: Any, target: pa.DataType) -> pa.Array | Non
     return arr.cast(target)  # checked: an int beyond SHORT raises
 
 
+_TIMESTAMPS = ("timestamp-micros", "local-timestamp-micros")
+
+
+def _typed_fields(schema: dict[str, Any]) -> list[Any] | None:
+    """The schema's fields as they decide the values: without `field-id`, and the timestamps without
+    `adjust-to-utc`, `local-timestamp-micros` as `timestamp-micros` (files written before field ids and Iceberg's
+    timestamp typing: the same bytes; the table's Arrow type says whether a timestamp is in UTC)."""
+    fields = schema.get("fields")
+    if not isinstance(fields, list):
+        return None
+    out: list[Any] = []
+    for f in fields:
+        if isinstance(f, dict):
+            f = {k: v for k, v in f.items() if k != "field-id"}
+            kind = f.get("type")
+            if isinstance(kind, list) and len(kind) == 2 and isinstance(kind[1], dict) \
+                    and kind[1].get("logicalType") in _TIMESTAMPS:
+                f["type"] = [kind[0], {**{k: v for k, v in kind[1].items() if k != "adjust-to-utc"},
+                                       "logicalType": "timestamp-micros"}]
+        out.append(f)
+    return out
+
+
 def read(raw: bytes, expected: dict[str, Any], target: pa.Schema) -> pa.Table | None:
     """The file's rows in `target`'s types, or None when only fastavro can read them exactly (see above).
     `expected` is the codec's writer schema for the table: the file's must be it, field for field."""
@@ -156,7 +179,7 @@ def read(raw: bytes, expected: dict[str, Any], target: pa.Schema) -> pa.Table | 
         writer_schema = json.loads(meta["avro.schema"])
     except (ValueError, IndexError, KeyError):
         return None  # fastavro names what is wrong with the file
-    if meta.get("avro.codec", b"null") not in _CODECS or writer_schema.get("fields") != expected["fields"]:
+    if meta.get("avro.codec", b"null") not in _CODECS or _typed_fields(writer_schema) != _typed_fields(expected):
         return None
     if len(raw) == sync_at + 16:  # no block: polars refuses a file without one
         return target.empty_table()
