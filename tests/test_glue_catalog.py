@@ -135,12 +135,13 @@ def test_every_tester_table_is_found_through_glue_at_its_latest_version(  # type
 
 
 @pytest.mark.parametrize("configuration", ["local"], indirect=True)
-def test_an_avro_table_has_an_iceberg_entry_only_and_a_move_to_avro_drops_the_delta_one(  # type: ignore[no-untyped-def]
+def test_an_avro_table_has_an_iceberg_entry_only_and_moves_keep_the_delta_entry_right(  # type: ignore[no-untyped-def]
         grpc_server, stub, configuration, glue_endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     """Delta Lake does not describe Avro files: with Delta among the table formats, an Avro table gets its ICEBERG
-    entry (listing Avro files) and no DELTA entry; a Parquet table moved to Avro (`reformat --catalog`) keeps its
-    ICEBERG entry, moved to the move's version, and loses its DELTA entry with its `_delta_log/`."""
+    entry (listing Avro files) and no DELTA entry. A Parquet table moved to Avro keeps its ICEBERG entry, moved to
+    the move's version; its DELTA entry goes with its `_delta_log/`: by `reformat --catalog`, or, after a move
+    without it, by `formats --catalog`. Moved back to Parquet with `--catalog`, it gets its DELTA entry again."""
     from tests.test_reformat import cli, latest, row
     from tests.test_write_path import SYS, create, write
 
@@ -157,15 +158,35 @@ def test_an_avro_table_has_an_iceberg_entry_only_and_a_move_to_avro_drops_the_de
     glue = glue_client(glue_endpoint)
     delta_names = lambda: sorted(t["Name"] for t in glue.get_tables(DatabaseName=schema + "_delta")["TableList"])  # noqa: E731
     assert delta_names() == ["moved"]
-    catalog_file = tmp_path / "glue.json"
-    catalog_file.write_text(json.dumps(glue_fields))
-    code, _, err = cli(configuration, monkeypatch, capsys, "reformat", f"{schema}.moved", "--records-format", "avro",
-                       "--drop-table-formats", "--catalog", str(catalog_file))
-    assert code == 0, err
-    assert delta_names() == []
-    catalog = pyiceberg_glue(open_storage(spec_of(configuration)), glue_endpoint)
-    for name in ("born_avro", "moved"):
+    catalog_option = ("--catalog", str(tmp_path / "glue.json"))
+    (tmp_path / "glue.json").write_text(json.dumps(glue_fields))
+    storage = open_storage(spec_of(configuration))
+    catalog = pyiceberg_glue(storage, glue_endpoint)
+
+    def reformat(records_format: str, *options: str) -> None:
+        code, _, err = cli(configuration, monkeypatch, capsys, "reformat", f"{schema}.moved", "--records-format",
+                           records_format, *options)
+        assert code == 0, err
+
+    def entry_at_latest(name: str, file_format: str) -> None:
         version = latest(configuration, schema, name)
         entry = catalog.load_table((schema, name))
         assert entry.metadata_location.endswith(f"{version.prefix}/metadata/v{version.version}.metadata.json")
-        assert {t.file.file_format.name for t in entry.scan().plan_files()} == {"AVRO"}, name
+        assert {t.file.file_format.name for t in entry.scan().plan_files()} == {file_format}, name
+
+    reformat("avro", "--drop-table-formats")  # without --catalog: the entries are left to `formats --catalog`
+    assert delta_names() == ["moved"]
+    code, _, err = cli(configuration, monkeypatch, capsys, "formats", *catalog_option)
+    assert code == 0, err
+    assert delta_names() == []
+    entry_at_latest("born_avro", "AVRO")
+    entry_at_latest("moved", "AVRO")
+    reformat("parquet", *catalog_option)
+    assert delta_names() == ["moved"]
+    entry_at_latest("moved", "PARQUET")
+    back = latest(configuration, schema, "moved")
+    assert delta_entry_rows(glue, storage, schema + "_delta", "moved", ["id", "v"]) == rows(
+        records_rows(storage, back), ["id", "v"])
+    reformat("avro", "--drop-table-formats", *catalog_option)
+    assert delta_names() == []
+    entry_at_latest("moved", "AVRO")

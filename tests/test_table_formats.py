@@ -41,7 +41,7 @@ from tests.lake_readers import (
 )
 from tests.rpc_helpers import run_tester_input
 from tests.test_conformance import INPUTS
-from tests.test_table_store import SCHEMA, SimulatedCrash, appender
+from tests.test_table_store import SCHEMA, TABLE, SimulatedCrash, appender
 
 pytestmark = pytest.mark.filterwarnings("ignore:Iceberg scan planning with the polars_iceberg plugin")
 
@@ -195,6 +195,36 @@ def test_formats_written_while_the_table_moved_out_of_parquet_are_removed_again(
     assert mover.latest_version_number(prefix) == 3
     for folder in ("_delta_log", "metadata"):
         assert (storage.list_children(f"{prefix}/{folder}") == []) == (folder in removed), folder
+
+
+def test_a_format_a_later_version_applies_to_is_not_removed_by_a_writer_behind(storage: Storage) -> None:
+    """A writer commits an Avro version (Delta Lake does not describe it) while another process moves the table back
+    to Parquet and writes Delta Lake for that later version: the writer, following its own version, leaves the
+    later version's Delta Lake alone (it would have removed it as stale metadata of a table not in Parquet)."""
+    from dataclasses import replace
+
+    from destination.table_formats.delta import DeltaFormat
+
+    prefix = layout.table_prefix(SCHEMA, "events")
+    avro_table = replace(TABLE, records_format="avro")
+
+    def in_avro(base: TableVersion | None, target: VersionTarget) -> PendingVersion:
+        assert base is not None
+        return PendingVersion(avro_table, [], list(base.files), {"kind": "reformat"})
+
+    def move_back(step: str) -> None:
+        if step == "before_table_formats":
+            back = lake_store(storage).write(SCHEMA, "events", appender(storage, 20))  # a Parquet version: Delta
+            assert back is not None and back.table.stored_format == "parquet"
+
+    lake_store(storage).write(SCHEMA, "events", appender(storage, 0))
+    TableStore(storage).write(SCHEMA, "events", in_avro)  # moved to Avro by a process without formats
+    storage.delete_prefix(f"{prefix}/_delta_log")  # ... which removed Delta Lake, as `reformat` does
+    lake_store(storage, fault=move_back).write(SCHEMA, "events", in_avro)  # version 3 (Avro); 4 (Parquet) meanwhile
+
+    assert TableStore(storage).latest_version_number(prefix) == 4
+    assert DeltaFormat().last_version(storage, prefix) == 4
+    assert sorted(delta_rs(storage.spec, storage.url(prefix)).column("id").to_pylist()) == [0, 1, 2, 20, 21, 22]
 
 
 def test_retention_in_the_complete_layout_keeps_the_files_the_formats_reference(storage: Storage) -> None:

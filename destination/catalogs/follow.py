@@ -127,7 +127,7 @@ class FollowCatalog:
             fault = exc
         followed = self.formats(store, prefix, committed, oldest_retained)
         if fault is not None:
-            logs.warning(f"{committed.schema}.{committed.table.name}: version {committed.version} is not in Parquet but "
+            logs.warning(f"{committed.schema}.{committed.table.name}: version {committed.version} has no Iceberg metadata but "
                          f"its {self.registry.catalog.described} entry was not dropped ({fault}); the next request "
                          "for the table drops it")
             raise fault

@@ -8,6 +8,7 @@ from destination.catalogs.catalog_settings import CatalogSettings
 from destination.catalogs.follow import point_entry
 from destination.catalogs.kinds import open_registry
 from destination.shared.errors import DestinationError
+from destination.shared.on_disk.options import DELTA, formats_of_table
 from destination.shared.storage.base import Storage
 from destination.store.table_store import TableStore
 from destination.table_formats.sync import BuiltVersions, applies, bring_up_to_date, formats_named, oldest_retained
@@ -49,8 +50,12 @@ def formats_command(storage: Storage, name: str | None, formats: tuple[str, ...]
                 print(f"{schema}.{table}: {fmt.name} at version {latest.version} ({done} version(s) written)")
             if registry is not None:
                 named = point_entry(registry, storage, prefix, schema, latest.table)
-                if registry.delta is not None:  # a table registered before Delta Lake was followed
-                    registry.delta.register_delta(*registry.names(schema, table), storage.url(prefix))
+                if registry.delta is not None:
+                    names = registry.names(schema, table)
+                    if DELTA in formats_of_table((DELTA,), latest.table.stored_format):
+                        registry.delta.register_delta(*names, storage.url(prefix))  # registered before Delta was on
+                    else:  # no Delta Lake for an Avro or delimited table: an entry left by a move goes
+                        registry.delta.drop_delta(*names)
                 print(f"{schema}.{table}: {registry.catalog.described} entry at version {named}")
         except DestinationError as exc:
             print(f"{schema}.{table}: error: {exc}")

@@ -88,8 +88,12 @@ def reformat_command(storage: Storage, name: str, fields: dict[str, str], format
     changes = _change_settings(storage, prefix, current)
     jobs = JobRunner(storage.spec, lambda: get_session(spark_master), changes, PlacementSettings())
     committed = move_format(jobs, CommitsWithChanges(store, jobs, changes), schema, table, choice)
-    if registry is not None and registry.delta is not None and DELTA in dropped:  # Glue's Delta table names the folder
-        registry.delta.drop_delta(*registry.names(schema, table))
+    if registry is not None and registry.delta is not None:  # Glue's Delta table, which names the folder
+        names = registry.names(schema, table)
+        if DELTA in dropped:
+            registry.delta.drop_delta(*names)
+        elif DELTA in followed and DELTA not in formats_of_table(TABLE_FORMATS, current.table.stored_format):
+            registry.delta.register_delta(*names, storage.url(prefix))  # back in Parquet: the Iceberg entry stayed
     print(f"{schema}.{table}: version {committed.version} holds its {committed.rows} rows in records format "
           f"{format_text(committed.table)} (was {format_text(current.table)}, version {committed.version - 1})")
     return 0

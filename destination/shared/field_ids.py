@@ -1,6 +1,6 @@
-"""Each column's field id: the one source of the ids that the data files carry (`PARQUET:field_id`) and that the
-Iceberg schema names (destination/table_formats/iceberg.py), so a reader mapping columns by id, not by name, reads
-the right column.
+"""Each column's field id: the one source of the ids that the data files carry (`PARQUET:field_id`; an Avro file's
+fields `field-id`) and that the Iceberg schema names (destination/table_formats/iceberg.py), so a reader mapping
+columns by id, not by name, reads the right column.
 
 A data file is written before its version's Iceberg metadata exists, possibly in a Spark task, so the id is a pure
 function of the table definition the writer holds: `TableDef.field_ids` are the ids as of the version the definition

@@ -1,5 +1,5 @@
 """The Iceberg table format: every committed records version N is an Iceberg snapshot of the table rooted at the
-table's folder `<T>/`, over the same Parquet files where they were first written.
+table's folder `<T>/`, over the same data files (Parquet, or Avro for an `avro` table) where they were first written.
 
 Layout (all under `<T>/metadata/`, readable without a catalog service):
 
@@ -11,7 +11,8 @@ Layout (all under `<T>/metadata/`, readable without a catalog service):
   registered in a catalog (e.g. pyiceberg's SqlCatalog `register_table`).
 - `snap-<N>-<uuid>.avro` (manifest list) and `<uuid>-m<N>.avro` (manifest): ONE manifest per snapshot, listing
   every live file (ADDED when new in N, EXISTING when carried from the previous snapshot) and the files N removed
-  (DELETED). A commit reads one manifest list and one manifest, and the Parquet footers of the new files only:
+  (DELETED). A commit reads one manifest list and one manifest, and the Parquet footers of the new files only (an
+  Avro file's entry has its rows and size, no column statistics):
   its cost follows the live files and the change, never the number of versions.
 
 Retention: snapshots of records versions before `oldest_retained` are left out of the new metadata (time travel
@@ -106,6 +107,7 @@ from pyiceberg.types import (
 
 from destination.shared import field_ids, logs
 from destination.shared.errors import DestinationError
+from destination.shared.records_formats.codec import format_of_name
 from destination.shared.storage.base import Storage, StorageSpec
 from destination.shared.table_model import AVRO, DESTINATION_META, ColumnDef, TableDef
 from destination.shared.type_mapping import decimal_storage
@@ -380,7 +382,7 @@ class _Commit:
     def _data_file(self, schema: Schema, url: str, file: LakeFile) -> DataFile:
         """A new file's entry: a Parquet file's statistics from its footer (columns mapped by name); an Avro file's
         (the `avro` records format) its rows and size only (Avro keeps no column statistics: readers scan it)."""
-        if self.version.table.stored_format == AVRO:
+        if format_of_name(url) == AVRO:
             return DataFile.from_args(
                 content=DataFileContent.DATA, file_path=url, file_format=FileFormat.AVRO, partition=Record(),
                 record_count=file.rows, file_size_in_bytes=file.bytes, sort_order_id=None,

@@ -121,7 +121,8 @@ def bring_up_to_date(store: TableStore, prefix: str, fmt: TableFormat, latest: T
     none); versions retired or incomplete meanwhile are skipped. Returns the number of versions committed."""
     storage = store.storage
     if not applies(fmt, latest):  # Delta reads Parquet data files only; Iceberg Parquet and Avro files
-        _remove_stale(storage, prefix, fmt, latest)
+        if not _applies_to_a_later_version(store, prefix, fmt, latest):
+            _remove_stale(storage, prefix, fmt, latest)
         return 0
     versions = BuiltVersions() if built is None else built
 
@@ -159,6 +160,15 @@ def moved_out_of(store: TableStore, prefix: str, committed: TableVersion,
     if latest is None or all(applies(fmt, latest) for fmt in formats):
         return None
     return latest
+
+
+def _applies_to_a_later_version(store: TableStore, prefix: str, fmt: TableFormat, version: TableVersion) -> bool:
+    """Whether a version after `version` was committed (a move back by another process) in a records format `fmt`
+    describes: its metadata, which that process writes, is then not stale."""
+    if not store.storage.exists(layout.log_path(prefix, version.version + 1)):
+        return False
+    latest = store.load(version.schema, version.table.name)
+    return latest is not None and applies(fmt, latest)
 
 
 def applies(fmt: TableFormat, version: TableVersion) -> bool:

@@ -32,9 +32,10 @@ from destination.shared.key_order import (
 from destination.shared.keys import key_tokens
 from destination.shared.on_disk.datafiles import DataFile, align, read_data_file, write_sorted_files
 from destination.shared.on_disk.locations import file_dir
+from destination.shared.records_formats.codec import format_of_name
 from destination.shared.storage.base import Storage
 from destination.shared.storage.opening import open_storage
-from destination.shared.table_model import TableDef
+from destination.shared.table_model import PARQUET, TableDef
 from spark_jobs.contracts import DecodedCounts, FilesWritten, JobContext, RangeUnit, RunSource, SortedRun, data_rows
 from spark_jobs.history import merge_history_rows
 from spark_jobs.merge import merge_rows
@@ -104,23 +105,35 @@ def _unit_input(ctx: JobContext, unit: RangeUnit) -> pa.Table | None:
     return pa.concat_tables(parts) if parts else None
 
 
-def _must_rewrite(ctx: JobContext, storage: Storage, f: DataFile, ops: pa.Table, op_keys: pa.Table) -> bool:
+def _must_rewrite(ctx: JobContext, storage: Storage, f: DataFile, ops: pa.Table, op_keys: pa.Table,
+                  decoded: dict[str, pa.Table]) -> bool:
     """Whether an operation can change file `f`: one inside its range that may insert there, or one whose key
-    the file holds (only then are its key columns read)."""
+    the file holds (only then are its key columns read: a Parquet file's alone; an Avro or delimited file is
+    decoded whole to read any column, so a file to rewrite is kept in `decoded` for the merge, not read twice)."""
     table_def = ctx.table
     inside = within(op_keys, _bound(f.first_key, table_def), _bound(f.last_key, table_def), hi_inclusive=True)
     if not inside.any():
         return False
     if pc.any(pc.equal(pc.filter(ops.column(OP), pa.array(inside)), OP_REPLACE)).as_py():
         return True  # an insert or a replace inside the range: the file is rewritten in either case
-    stored_keys = read_data_file(storage, file_dir(ctx.read_dir, f), f.name, [c.name for c in table_def.entity_key])
+    key_names = [c.name for c in table_def.entity_key]
+    whole = None if format_of_name(f.name) == PARQUET else read_data_file(storage, file_dir(ctx.read_dir, f), f.name)
+    stored_keys = whole.select(key_names) if whole is not None else \
+        read_data_file(storage, file_dir(ctx.read_dir, f), f.name, key_names)
     wanted = pc.filter(ops.column(KEY), pa.array(inside))
-    return bool(pc.any(pc.is_in(key_tokens(stored_keys, table_def.entity_key), value_set=wanted)).as_py())
+    held = bool(pc.any(pc.is_in(key_tokens(stored_keys, table_def.entity_key), value_set=wanted)).as_py())
+    if held and whole is not None:
+        decoded[f.name] = whole
+    return held
 
 
-def _read_part(ctx: JobContext, storage: Storage, f: DataFile, unit: RangeUnit) -> pa.Table:
+def _read_part(ctx: JobContext, storage: Storage, f: DataFile, unit: RangeUnit,
+               decoded: dict[str, pa.Table]) -> pa.Table:
     """A stored file's rows within the unit's range (all of them when the file lies inside it)."""
-    rows = align(read_data_file(storage, file_dir(ctx.read_dir, f), f.name), ctx.table)
+    stored = decoded.pop(f.name, None)
+    if stored is None:
+        stored = read_data_file(storage, file_dir(ctx.read_dir, f), f.name)
+    rows = align(stored, ctx.table)
     lo, hi = _bound(unit.lo, ctx.table), _bound(unit.hi, ctx.table)
     if lo is None and hi is None:
         return rows
@@ -143,9 +156,10 @@ def merge_range_task(ctx: JobContext, unit: RangeUnit) -> FilesWritten:
         return FilesWritten(counts={"units": 1}, seconds=time.perf_counter() - started)
     ops = incoming if incoming is not None else _no_operations(ctx)
     op_keys = key_columns_of(ops, table_def)
-    rewrite = [f for f in unit.files if unit.compact or _must_rewrite(ctx, storage, f, ops, op_keys)]
+    decoded: dict[str, pa.Table] = {}  # files decoded whole to find their keys, for the merge
+    rewrite = [f for f in unit.files if unit.compact or _must_rewrite(ctx, storage, f, ops, op_keys, decoded)]
     kept = [f for f in unit.files if f not in rewrite]
-    parts = [_read_part(ctx, storage, f, unit) for f in rewrite]
+    parts = [_read_part(ctx, storage, f, unit, decoded) for f in rewrite]
     stored = pa.concat_tables(parts) if parts else align(pa.table({}), table_def)
     merge = merge_history_rows if table_def.is_history else merge_rows
     result = merge(stored, ops, table_def, ctx.version, track_changes=ctx.tracks_row_changes)
