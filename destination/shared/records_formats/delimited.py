@@ -180,8 +180,9 @@ def _records_bytes(texts: list[pa.Array], free_text: list[bool], hints: Hints) -
     delimiter, terminator = str(hints["field-delimiter"]), str(hints["record-terminator"])
     # only text values can hold a delimiter, quote or line break; numbers, dates and base64 never do
     fields = [_field_text(t, hints) if free else pc.fill_null(t, "") for t, free in zip(texts, free_text, strict=True)]
+    # the terminator joined to the last field (`_destination_meta`, mostly empty), not to the whole records after
+    fields[-1] = pc.binary_join_element_wise(fields[-1], pa.scalar(terminator), "")
     rows = pc.binary_join_element_wise(*fields, delimiter) if len(fields) > 1 else fields[0]
-    rows = pc.binary_join_element_wise(rows, pa.scalar(terminator), "")
     rows = rows.cast(pa.large_string())
     offsets = np.frombuffer(rows.buffers()[1], np.int64)[rows.offset:rows.offset + len(rows) + 1]
     if len(rows) == 0:
