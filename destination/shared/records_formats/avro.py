@@ -17,10 +17,10 @@
 Timestamps are typed as Airbyte types them and as Iceberg's Avro spec does (`adjust-to-utc` tells a timestamp without
 zone from one in UTC; Iceberg's Java reader refuses `local-timestamp-micros`, which files written before used and
 are still read). A reader that ignores `adjust-to-utc` (fastavro) reads a NAIVE_DATETIME as that time in UTC.
-Blocks are deflate-compressed (in the Python standard library; snappy would need a further package). Values are
-encoded from Arrow's integers and two's-complement bytes, whole columns at once (avro_encode.py), and read back
-a block at a time by polars, typed as fastavro's logical types type them (avro_decode.py; fastavro itself for a
-file that reader cannot type exactly), so every value the Arrow types hold round-trips exactly.
+Blocks are deflate-compressed (ISA-L; snappy would need a further package). polars writes the rows as the plain
+types of the logical ones and the header names the logical types (avro_encode.py); they are read back a block at a
+time by polars, typed as fastavro's logical types type them (avro_decode.py; fastavro itself for a file that reader
+cannot type exactly), so every value the Arrow types hold round-trips exactly.
 Field names must be Avro names; a table with another name is refused.
 """
 from __future__ import annotations
@@ -80,11 +80,8 @@ def avro_schema(table_def: TableDef) -> dict[str, Any]:
 
 def write(table: pa.Table, table_def: TableDef, out: BinaryIO) -> pa.Table:
     """Write `table` (the data-file schema: columns, then `_destination_meta`) as one Avro file; returns it."""
-    schema = avro_schema(table_def)
     table = table.select([f.name for f in arrow_schema(list(table_def.columns))])
-    types = {f["name"]: f["type"][1] for f in schema["fields"]}
-    columns = [avro_encode.encode_column(table.column(name).combine_chunks(), types[name]) for name in table.column_names]
-    avro_encode.write_file(out, schema, columns, table.num_rows)
+    avro_encode.write_file(out, avro_schema(table_def), table)
     return table
 
 

@@ -33,64 +33,11 @@ import pyarrow.compute as pc
 from isal import isal_zlib
 
 from destination.shared.pools import shared_pool
+from destination.shared.records_formats.avro_container import SYNC_BYTES, blocks, container, header
 
-_MAGIC = b"Obj\x01"
 _CODECS = (b"null", b"deflate")
 _DAY_MICROS = 86_400_000_000
 _INFLATE_ERROR = cast(type[Exception], isal_zlib.error)  # its stub declares an instance
-
-
-def _read_long(raw: bytes, pos: int) -> tuple[int, int]:
-    shift = acc = 0
-    while True:
-        byte = raw[pos]
-        pos += 1
-        acc |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return (acc >> 1) ^ -(acc & 1), pos
-
-
-def _long(value: int) -> bytes:
-    z = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
-def header(raw: bytes) -> tuple[dict[str, bytes], int]:
-    """The object container file's metadata and where its sync marker starts (ValueError if not Avro)."""
-    if raw[:4] != _MAGIC:
-        raise ValueError("not an Avro object container file")
-    pos, meta = 4, dict[str, bytes]()
-    while True:
-        count, pos = _read_long(raw, pos)
-        if count == 0:
-            return meta, pos
-        if count < 0:  # a block with its byte size
-            _, pos = _read_long(raw, pos)
-            count = -count
-        for _ in range(count):
-            size, pos = _read_long(raw, pos)
-            key = raw[pos:pos + size].decode("utf-8")
-            size, pos = _read_long(raw, pos + size)
-            meta[key], pos = raw[pos:pos + size], pos + size
-
-
-def _blocks(raw: bytes, start: int) -> list[tuple[int, int, int]]:
-    """Each data block's (row count, start, end of its bytes) from `start`, the first block's."""
-    blocks, pos = [], start
-    while pos < len(raw):
-        count, pos = _read_long(raw, pos)
-        size, pos = _read_long(raw, pos)
-        if size < 0 or pos + size + 16 > len(raw):
-            raise ValueError("a block runs past the end of the file")
-        blocks.append((count, pos, pos + size))
-        pos += size + 16
-    return blocks
 
 
 def _plain_file(raw: bytes, meta: dict[str, bytes], sync_at: int, schema: dict[str, Any]) -> bytes:
@@ -98,23 +45,17 @@ def _plain_file(raw: bytes, meta: dict[str, bytes], sync_at: int, schema: dict[s
     threads, in a third of the time the reader takes to)."""
     fields = [{**f, "type": ["null", b["type"] if isinstance(b := f["type"][1], dict) else b]} for f in schema["fields"]]
     plain = {**meta, "avro.schema": json.dumps({**schema, "fields": fields}).encode("utf-8"), "avro.codec": b"null"}
-    out = bytearray(_MAGIC) + _long(len(plain))
-    for key, value in plain.items():
-        out += _long(len(key)) + key.encode("utf-8") + _long(len(value)) + value
-    sync = raw[sync_at:sync_at + 16]
-    out += b"\x00" + sync
-    blocks = _blocks(raw, sync_at + 16)
+    sync = raw[sync_at:sync_at + SYNC_BYTES]
+    found = blocks(raw, sync_at + SYNC_BYTES)
     if meta.get("avro.codec", b"null") == b"null":
-        return bytes(out) + raw[sync_at + 16:]
+        return container(plain, sync, ((count, raw[start:end]) for count, start, end in found))
 
     def inflate(block: tuple[int, int, int]) -> bytes:
         return isal_zlib.decompress(raw[block[1]:block[2]], -15)
 
-    parts = [bytes(out)]
     pool = shared_pool("avro-blocks", os.cpu_count() or 1)
-    for (count, _, _), data in zip(blocks, pool.map(inflate, blocks), strict=True):
-        parts.append(_long(count) + _long(len(data)) + data + sync)
-    return b"".join(parts)
+    return container(plain, sync, ((count, data) for (count, _, _), data
+                                   in zip(found, pool.map(inflate, found), strict=True)))
 
 
 def _decimal(arr: pa.Array, target: pa.DataType) -> pa.Array | None:
@@ -181,7 +122,7 @@ def read(raw: bytes, expected: dict[str, Any], target: pa.Schema) -> pa.Table | 
         return None  # fastavro names what is wrong with the file
     if meta.get("avro.codec", b"null") not in _CODECS or _typed_fields(writer_schema) != _typed_fields(expected):
         return None
-    if len(raw) == sync_at + 16:  # no block: polars refuses a file without one
+    if len(raw) == sync_at + SYNC_BYTES:  # no block: polars refuses a file without one
         return target.empty_table()
     try:
         frame = pl.read_avro(io.BytesIO(_plain_file(raw, meta, sync_at, writer_schema)))

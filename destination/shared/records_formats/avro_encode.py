@@ -1,126 +1,79 @@
-"""Avro's binary encoding of whole Arrow columns at once (numpy), for the Avro codec's writer: each row's bytes
-are its fields' bytes joined, each field `["null", T]` (branch 0 or 1, then the value). fastavro writes row by row
-in Python objects, about fifty times Parquet's time; this keeps the file the same (fastavro reads it: the tests)."""
+"""The Avro codec's writer: polars' Avro writer (Rust) encodes the rows, each column given as the plain Avro type of
+its logical type (a decimal as its full-width big-endian two's-complement bytes, a date as int, times and
+timestamps as long microseconds, SHORT as int), in blocks of about `_BLOCK_BYTES`; the file's header then names the
+codec's schema with the logical types (a logical type's value is encoded as its plain type's: the bytes stay) and
+ISA-L deflates the blocks in threads. Measured at 1M rows of the benchmark's table: about half the CPU time of
+the numpy encoder of whole columns this replaced, and a fortieth of fastavro's row-by-row writer. fastavro reads
+every value exactly (tests/test_records_formats.py)."""
 from __future__ import annotations
 
+import io
 import json
 import os
 from typing import Any, BinaryIO
 
 import numpy as np
+import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 from isal import isal_zlib
 
 from destination.shared.pools import shared_pool
+from destination.shared.records_formats.avro_container import SYNC_BYTES, blocks, container, header
 
-_BLOCK_BYTES = 1 << 20  # rows per block: about a MiB of encoded rows
+_BLOCK_BYTES = 1 << 20  # about a MiB of plain rows a block
 DEFLATE_LEVEL = 1  # ISA-L's level 1: a fifth of zlib level 1's time for as many bytes (standard deflate)
-_EMPTY = pa.scalar(b"", pa.large_binary())
 
 
-def _varints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Unsigned LEB128 of uint64 values: a (n, 10) byte matrix and each value's length."""
-    z = values.astype(np.uint64)
-    bits = np.zeros(len(z), np.int64)
-    rest = z.copy()
-    while rest.any():
-        bits += rest > 0
-        rest >>= np.uint64(7)
-    lengths = np.maximum(bits, 1)
-    shifts = (np.arange(10, dtype=np.uint64) * np.uint64(7))[None, :]
-    groups = ((z[:, None] >> shifts) & np.uint64(0x7F)).astype(np.uint8)
-    more = np.arange(10)[None, :] < (lengths[:, None] - 1)
-    return groups | (more.astype(np.uint8) << 7), lengths
+def _big_endian(arr: pa.Array) -> pa.Array:
+    """A decimal column's values as full-width big-endian two's-complement bytes (Avro's decimal on bytes)."""
+    width = 16 if pa.types.is_decimal128(arr.type) else 32
+    little = np.frombuffer(arr.buffers()[1], np.uint8)[arr.offset * width:(arr.offset + len(arr)) * width]
+    big = np.ascontiguousarray(little.reshape(-1, width)[:, ::-1])
+    offsets = np.arange(0, (len(arr) + 1) * width, width, dtype=np.int32)
+    values = pa.Array.from_buffers(pa.binary(), len(arr), [None, pa.py_buffer(offsets.tobytes()),
+                                                           pa.py_buffer(big.tobytes())])
+    return pc.if_else(arr.is_valid(), values, pa.scalar(None, pa.binary())) if arr.null_count else values
 
 
-def _zigzag(values: np.ndarray) -> np.ndarray:
-    v = values.astype(np.int64)
-    return ((v << 1) ^ (v >> 63)).view(np.uint64)
+def plain_column(arr: pa.Array) -> pa.Array:
+    """The column as the Arrow type polars writes as its plain Avro type."""
+    kind = arr.type
+    if pa.types.is_decimal(kind):
+        return _big_endian(arr)
+    if pa.types.is_date32(kind) or pa.types.is_int16(kind):
+        return arr.cast(pa.int32())
+    if pa.types.is_time64(kind) or pa.types.is_timestamp(kind):
+        return arr.cast(pa.int64())
+    return arr
 
 
-def _binary(matrix: np.ndarray, lengths: np.ndarray) -> pa.Array:
-    """Row i's first lengths[i] bytes of `matrix`, as a binary array."""
-    keep = np.arange(matrix.shape[1])[None, :] < lengths[:, None]
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    return pa.Array.from_buffers(pa.large_binary(), len(lengths),
-                                 [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(matrix[keep].tobytes())])
+def _plain_type(avro_type: Any) -> Any:
+    return avro_type["type"] if isinstance(avro_type, dict) else avro_type
 
 
-def _branch_and(valid: np.ndarray, body: np.ndarray, body_lengths: np.ndarray) -> pa.Array:
-    """The union branch byte (0 null, 2 = zigzag 1 the value), then `body` where the row is valid."""
-    matrix = np.concatenate([np.where(valid, 2, 0).astype(np.uint8)[:, None], body], axis=1)
-    return _binary(matrix, np.where(valid, 1 + body_lengths, 1))
+def write_file(out: BinaryIO, schema: dict[str, Any], table: pa.Table) -> None:
+    """`table` (its columns in `schema`'s order) as an Avro container file of `schema` with deflate blocks."""
+    plain = pa.table({name: plain_column(table.column(name).combine_chunks()) for name in table.column_names})
+    per_block = max(1, _BLOCK_BYTES * plain.num_rows // max(1, plain.nbytes))
+    frame = pl.from_arrow(pa.Table.from_batches(plain.to_batches(max_chunksize=per_block), plain.schema),
+                          rechunk=False)
+    assert isinstance(frame, pl.DataFrame)
+    buffer = io.BytesIO()
+    frame.write_avro(buffer, compression="uncompressed")
+    raw = buffer.getvalue()
+    meta, sync_at = header(raw)
+    written = [(f["name"], f["type"]) for f in json.loads(meta["avro.schema"])["fields"]]
+    wanted = [(f["name"], ["null", _plain_type(f["type"][1])]) for f in schema["fields"]]
+    if written != wanted:  # the header would name other types than the bytes hold
+        raise RuntimeError(f"polars' Avro writer wrote the fields {written!r}, not {wanted!r}")
+    found = blocks(raw, sync_at + SYNC_BYTES)
 
-
-def _fixed(arr: pa.Array, width: int) -> np.ndarray:
-    """A fixed-width column's values as a (n, width) byte matrix (NULL slots hold whatever the buffer holds)."""
-    data = np.frombuffer(arr.buffers()[1], np.uint8)[arr.offset * width:(arr.offset + len(arr)) * width]
-    return data.reshape(-1, width)
-
-
-def encode_column(arr: pa.Array, avro_type: Any) -> pa.Array:
-    """Each value's Avro bytes as a nullable union field."""
-    base = avro_type["type"] if isinstance(avro_type, dict) else avro_type
-    valid = arr.is_valid().to_numpy(zero_copy_only=False)
-    n = len(arr)
-    if base == "boolean":
-        body = pc.fill_null(arr, False).to_numpy(zero_copy_only=False).astype(np.uint8)[:, None]
-        return _branch_and(valid, body, np.ones(n, np.int64))
-    if base in ("int", "long"):
-        plain = arr.cast(pa.int32()) if pa.types.is_date32(arr.type) else arr
-        ints = pc.fill_null(plain.cast(pa.int64()), 0).to_numpy(zero_copy_only=False)
-        body, lengths = _varints(_zigzag(ints))
-        return _branch_and(valid, body, lengths)
-    if base in ("float", "double"):
-        width = 4 if base == "float" else 8
-        values = pc.fill_null(arr, 0).to_numpy(zero_copy_only=False).astype("<f4" if width == 4 else "<f8")
-        return _branch_and(valid, values.view(np.uint8).reshape(-1, width), np.full(n, width))
-    if base == "bytes" and isinstance(avro_type, dict):  # decimal: full-width big-endian two's complement
-        width = 16 if pa.types.is_decimal128(arr.type) else 32
-        big = _fixed(arr, width)[:, ::-1]
-        length = np.full((n, 1), width * 2, np.uint8)  # zigzag(16) and zigzag(32) are one byte each
-        return _branch_and(valid, np.concatenate([length, big], axis=1), np.full(n, 1 + width))
-    # bytes and string: the length, then the bytes
-    data = pc.fill_null(arr.cast(pa.large_binary()), b"")
-    lengths = pc.binary_length(data).to_numpy(zero_copy_only=False)
-    prefix, plen = _varints(_zigzag(lengths))
-    head = _branch_and(valid, prefix, plen)
-    return pc.binary_join_element_wise(head, pc.if_else(pa.array(valid), data, _EMPTY), _EMPTY)
-
-
-def write_file(out: BinaryIO, schema: dict[str, Any], columns: list[pa.Array], num_rows: int) -> None:
-    """An Avro object container file with deflate blocks of the rows (each row the join of its fields' bytes)."""
-    rows = pc.binary_join_element_wise(*columns, _EMPTY) if len(columns) > 1 else columns[0]
-    sync = os.urandom(16)
-    meta = {"avro.schema": json.dumps(schema).encode("utf-8"), "avro.codec": b"deflate"}
-    header = bytearray(b"Obj\x01")
-    header += _long(len(meta))
-    for key, value in meta.items():
-        header += _long(len(key)) + key.encode("utf-8") + _long(len(value)) + value
-    header += b"\x00" + sync
-    out.write(bytes(header))
-    if not num_rows:
-        return
-    offsets = np.frombuffer(rows.buffers()[1], np.int64)[rows.offset:rows.offset + num_rows + 1]
-    data = rows.buffers()[2]
-    bounds = []
-    start = 0
-    while start < num_rows:
-        end = int(np.searchsorted(offsets, offsets[start] + _BLOCK_BYTES, side="right")) - 1
-        end = min(max(end, start + 1), num_rows)
-        bounds.append((start, end))
-        start = end
-
-    def deflate(bound: tuple[int, int]) -> bytes:
+    def deflate(block: tuple[int, int, int]) -> bytes:
         packer = isal_zlib.compressobj(DEFLATE_LEVEL, isal_zlib.DEFLATED, -15)
-        return packer.compress(data[int(offsets[bound[0]]):int(offsets[bound[1]])].to_pybytes()) + packer.flush()
+        return packer.compress(raw[block[1]:block[2]]) + packer.flush()
 
     pool = shared_pool("avro-blocks", os.cpu_count() or 1)  # ISA-L lets other threads run meanwhile
-    for (first, end), block in zip(bounds, pool.map(deflate, bounds), strict=True):
-        out.write(_long(end - first) + _long(len(block)) + block + sync)
-
-
-def _long(value: int) -> bytes:
-    matrix, lengths = _varints(_zigzag(np.array([value])))
-    return matrix[0, :lengths[0]].tobytes()
+    meta_out = {"avro.schema": json.dumps(schema).encode("utf-8"), "avro.codec": b"deflate"}
+    out.write(container(meta_out, os.urandom(SYNC_BYTES), ((count, data) for (count, _, _), data
+                                                          in zip(found, pool.map(deflate, found), strict=True))))
