@@ -37,13 +37,35 @@ def metadata_path(root: Path, prefix: str, version: int) -> str:
     return str(root / prefix / "metadata" / f"v{version}.metadata.json")
 
 
+Check = tuple[str, Storage, TableVersion, dict[str, Any]]  # label, storage, records version, the reader's request
+
+
+def snapshot_reads(root: Path, storage: Storage, label: str) -> list[Check]:
+    """Each table of the root's `tester` schema: its latest snapshot and the one before it as requests to the Java
+    reader, with the records versions they must equal (each latest version's data files' field ids checked)."""
+    store = TableStore(storage)
+    checks: list[Check] = []
+    for name in store.list_tables("tester"):
+        latest = store.load("tester", name)
+        assert latest is not None
+        check_field_ids(storage, latest)
+        location = metadata_path(root, latest.prefix, latest.version)
+        checks.append((f"{label} {name}", storage, latest, {"path": location}))
+        if latest.version > 1:
+            before = store.load("tester", name, latest.version - 1)
+            assert before is not None
+            checks.append((f"{label} {name} version {before.version}", storage, before,
+                           {"path": location, "snapshot_id": before.version}))
+    return checks
+
+
 def test_every_tester_table_reads_back_in_spark_with_iceberg_java(grpc_server, through_spark_tasks,  # type: ignore[no-untyped-def]
                                                                   iceberg_java: Reader, tmp_path: Path) -> None:
     """Each public tester input into a root of its own, its files written in Spark tasks, every data file carrying
     the field ids of the Iceberg schema; then one Spark session reads every table's latest snapshot and the one
     before it, compared with the records versions (read by pyarrow). A NAIVE_TIME column is not in the
     Iceberg schema (Spark refuses a `time` field; docs/reference/types.md): the table comment names it."""
-    checks: list[tuple[str, Storage, TableVersion, dict[str, Any]]] = []
+    checks: list[Check] = []
     for index, path in enumerate(ALL_INPUTS):
         root = tmp_path / f"root{index}"
         configuration = {"root": str(root)}
@@ -51,23 +73,13 @@ def test_every_tester_table_reads_back_in_spark_with_iceberg_java(grpc_server, t
         harness = Harness(grpc_server, "tester", configuration, plain_text=False, batch_file_type="csv",
                           workdir=tmp_path / f"work{index}")
         harness.run_file(path)
-        storage = open_storage(spec_of(configuration))
-        store = TableStore(storage)
-        for name in store.list_tables("tester"):
-            latest = store.load("tester", name)
-            assert latest is not None
-            check_field_ids(storage, latest)
-            label = f"{path.parent.name}/{path.name} {name}"
-            location = metadata_path(root, latest.prefix, latest.version)
-            checks.append((label, storage, latest, {"path": location}))
-            if latest.version > 1:
-                before = store.load("tester", name, latest.version - 1)
-                assert before is not None
-                checks.append((f"{label} version {before.version}", storage, before,
-                               {"path": location, "snapshot_id": before.version}))
-            times = [f"{c.name} NAIVE_TIME" for c in latest.table.columns if c.type == "NAIVE_TIME"]
-            comment = json.loads(Path(location).read_text())["properties"].get("comment", "")
-            assert all(t in comment for t in times), label
+        found = snapshot_reads(root, open_storage(spec_of(configuration)), f"{path.parent.name}/{path.name}")
+        for label, _storage, latest, request in found:
+            if "snapshot_id" not in request:
+                times = [f"{c.name} NAIVE_TIME" for c in latest.table.columns if c.type == "NAIVE_TIME"]
+                comment = json.loads(Path(request["path"]).read_text())["properties"].get("comment", "")
+                assert all(t in comment for t in times), label
+        checks += found
     assert any("input_all_data_types.json" in label for label, *_ in checks)
     answers = iceberg_java([request for *_, request in checks])
     for (label, storage, version, _), answer in zip(checks, answers, strict=True):
@@ -77,7 +89,7 @@ def test_every_tester_table_reads_back_in_spark_with_iceberg_java(grpc_server, t
         assert rows(answer["rows"], columns) == rows(records_rows(storage, version), columns), label
 
 
-def test_avro_tables_read_back_in_spark_with_iceberg_java(grpc_server, iceberg_java: Reader, tmp_path: Path) -> None:
+def test_avro_tables_read_back_in_spark_with_iceberg_java(grpc_server, iceberg_java: Reader, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """The records formats' representative tester inputs in `records_format` avro, and the every-type input without
     its NAIVE_TIME column: every Avro data file carries the Iceberg schema's field ids, and Iceberg's Java library
     in Spark reads each table's latest snapshot and the one before it (the snapshots list the Avro files) as the
@@ -93,7 +105,7 @@ def test_avro_tables_read_back_in_spark_with_iceberg_java(grpc_server, iceberg_j
                 row.pop("nt", None)
     without_time = tmp_path / "input_all_data_types_but_time.json"
     without_time.write_text(json.dumps(every_type))
-    checks: list[tuple[str, Storage, TableVersion, dict[str, Any]]] = []
+    checks: list[Check] = []
     for index, path in enumerate([*RECORDS_INPUTS, without_time]):
         root = tmp_path / f"root{index}"
         configuration = {"root": str(root), "records_format": "avro"}
@@ -102,20 +114,9 @@ def test_avro_tables_read_back_in_spark_with_iceberg_java(grpc_server, iceberg_j
                           workdir=tmp_path / f"work{index}")
         harness.run_file(path)
         assert harness.failures == 0, path
-        storage = open_storage(spec_of(configuration))
-        store = TableStore(storage)
-        for name in store.list_tables("tester"):
-            latest = store.load("tester", name)
-            assert latest is not None and latest.table.stored_format == "avro"
-            check_field_ids(storage, latest)
-            label = f"{path.name} {name}"
-            location = metadata_path(root, latest.prefix, latest.version)
-            checks.append((label, storage, latest, {"path": location}))
-            if latest.version > 1:
-                before = store.load("tester", name, latest.version - 1)
-                assert before is not None
-                checks.append((f"{label} version {before.version}", storage, before,
-                               {"path": location, "snapshot_id": before.version}))
+        found = snapshot_reads(root, open_storage(spec_of(configuration)), path.name)
+        assert found and all(version.table.stored_format == "avro" for _, _, version, _ in found)
+        checks += found
     assert any("but_time.json all_data_types" in label for label, *_ in checks)
     answers = iceberg_java([request for *_, request in checks])
     for (label, storage, version, _), answer in zip(checks, answers, strict=True):
