@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from dataclasses import replace
 
 import pyarrow as pa
@@ -239,6 +240,38 @@ def test_a_writer_whose_claim_was_taken_over_leaves_the_takers_version_as_commit
     assert validate_version(storage, second.directory) == []
     latest = store.load(SCHEMA, "events")
     assert latest is not None and ids(store, latest) == [1, 2, 3, 20, 21, 22, 100, 101, 102]
+
+
+def test_retention_skips_its_listings_until_a_version_can_retire_then_retires_it(storage: Storage,
+                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass that finds the oldest candidate too young remembers when it can go: the commits before that list
+    nothing for retention (the table's folder is listed by it alone here) and tell the follow step the same oldest
+    retained version; the first commit after it retires the versions that have aged, as a pass always did."""
+    age = 1.5
+    told: list[int] = []
+    store = TableStore(storage, Retention(keep_versions=2, min_age_seconds=age),
+                       follow=lambda st, prefix, committed, oldest: told.append(oldest) or True)
+    prefix = layout.table_prefix(SCHEMA, "events")
+    listings: list[str] = []
+    list_children = storage.list_children
+    monkeypatch.setattr(storage, "list_children",
+                        lambda path: listings.append(path) or list_children(path))  # type: ignore[func-returns-value]
+    for i in range(3):
+        store.write(SCHEMA, "events", appender(storage, i * 10))
+    passes = listings.count(prefix)
+    assert told == [1, 1, 1] and passes == 3  # version 1, the first candidate, too young at version 3
+    store.write(SCHEMA, "events", appender(storage, 30))
+    store.write(SCHEMA, "events", appender(storage, 40))
+    assert listings.count(prefix) == passes  # versions 4 and 5: within version 1's age, no pass
+    assert told == [1, 1, 1, 1, 1]
+    assert all(storage.exists(f"{layout.version_dir(prefix, n)}/_files.json") for n in range(1, 6))
+    time.sleep(age + 0.1)  # every version's successor committed more than `age` ago
+    store.write(SCHEMA, "events", appender(storage, 50))
+    assert listings.count(prefix) == passes + 1 and told[-1] == 5
+    retired = [n for n in range(1, 7) if not storage.exists(f"{layout.version_dir(prefix, n)}/_files.json")]
+    assert retired == [1, 2, 3, 4]  # a retired version loses its metadata (its directory too, in the complete layout)
+    latest = store.load(SCHEMA, "events")
+    assert latest is not None and ids(store, latest)[-3:] == [50, 51, 52]
 
 
 def test_retention_tells_committed_versions_from_leftovers_by_their_commit_records(storage: Storage) -> None:

@@ -3,9 +3,12 @@ records it reads."""
 from __future__ import annotations
 
 import json
+import math
 import os
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from destination.shared.on_disk import layout, records
@@ -17,12 +20,22 @@ from destination.store.claims import Claims
 from destination.store.loading import VERSION_METADATA
 
 LISTED_FROM = 4  # on S3, version directories from which one listing of their commit records beats a HEAD each
+QUIET_TABLES = 4096  # tables whose next possible retirement this process remembers (the oldest forgotten first)
 
 # retiring a version removes its metadata in this order: `_manifest` first (no reader takes it for a records
 # directory any more), `_files.json` last (its list of data files is what retention reads, so a retirement that
 # stopped half-way is redone by the next one)
 RETIRE_ORDER = (records.MANIFEST, *(m for m in records.METADATA_FILES if m != records.FILES_JSON),
                 *records.FORMAT_FILES[1:], records.FILES_JSON)
+
+
+@dataclass(frozen=True)
+class _Quiet:
+    """What a retention pass of a table learnt: before `until` no version can retire and no leftover go, so the
+    oldest retained version stays `oldest_kept` (for commits up to any version after `latest`)."""
+    latest: int
+    until: float
+    oldest_kept: int
 
 
 class VersionRetention:
@@ -33,6 +46,13 @@ class VersionRetention:
         self.storage = storage
         self.retention = retention
         self._claims = claims
+        self._quiet: dict[str, _Quiet] = {}  # per table: nothing can go before a time (see `collect_garbage`)
+        self._quiet_lock = threading.Lock()
+
+    def forget(self, prefix: str) -> None:
+        """The table was dropped: what was learnt of its versions no longer holds."""
+        with self._quiet_lock:
+            self._quiet.pop(prefix, None)
 
     def collect_garbage(self, prefix: str, latest: int,
                         before_retiring: Callable[[int], bool] | None = None) -> list[str]:
@@ -42,8 +62,21 @@ class VersionRetention:
         version lists (in the complete layout: its whole directory); files that later versions still list stay
         in its directory. The change directories of committed versions are kept: consumers read them at their own
         pace. `before_retiring(oldest retained version)` runs before any version retires (always, when given);
-        False: nothing retires this time. Returns the version directories retired or deleted."""
+        False: nothing retires this time. Returns the version directories retired or deleted.
+
+        A pass that finds a committed version too young to retire learns when the first one can go (its successor's
+        commit time plus the age; a leftover's newest file time plus the age): until then every version after it is
+        younger still, so the next commits of the table skip the listings and pass the same oldest retained version
+        (one listing of the table's folder and of its commit records per commit less, on S3 tens of milliseconds)."""
         now = time.time()
+        with self._quiet_lock:
+            quiet = self._quiet.get(prefix)
+        if quiet is not None and quiet.latest <= latest and now < quiet.until:
+            if before_retiring is not None:
+                before_retiring(quiet.oldest_kept)
+            return []
+        until = math.inf  # when the first leftover kept for its age may go
+        first_due: float | None = None  # ... and the first version kept for its age
         removed: list[str] = []
         retiring: list[int] = []
         too_young = False  # a committed version still kept: the ones after it are kept too
@@ -63,18 +96,24 @@ class VersionRetention:
                     self.storage.delete_prefix(f"{prefix}/{name}")
                     self._claims.drop(prefix, n)
                     removed.append(name)
+                else:
+                    until = min(until, newest + self.retention.min_age_seconds)
                 continue
             if not too_young:
                 if self._retired(prefix, n):
                     continue  # retired before: its directory holds only files that later versions list
                 superseded_at = self._committed_at(prefix, n + 1)
                 too_young = superseded_at is None or now - superseded_at < self.retention.min_age_seconds
+                if too_young and superseded_at is not None:  # unknown (None): nothing is learnt
+                    first_due = superseded_at + self.retention.min_age_seconds
             if too_young:
                 oldest_kept = min(oldest_kept, n)
             else:
                 retiring.append(n)
         if retiring:
             oldest_kept = retiring[-1] + 1
+        elif first_due is not None:
+            self._remember(prefix, _Quiet(latest=latest, until=min(until, first_due), oldest_kept=oldest_kept))
         if before_retiring is not None and not before_retiring(oldest_kept):
             return removed
         if retiring:
@@ -83,6 +122,13 @@ class VersionRetention:
                 self._retire(prefix, n, listed)
                 removed.append(layout.version_dir_name(n))
         return removed
+
+    def _remember(self, prefix: str, quiet: _Quiet) -> None:
+        with self._quiet_lock:
+            self._quiet.pop(prefix, None)
+            self._quiet[prefix] = quiet
+            while len(self._quiet) > QUIET_TABLES:
+                del self._quiet[next(iter(self._quiet))]
 
     def _committed(self, prefix: str, candidates: list[int]) -> set[int]:
         """Which of the version directories `candidates` have a commit record (the others are leftovers of writes

@@ -113,6 +113,7 @@ class TableStore:
         if self._follow is not None:
             self._follow.dropped(self, schema, table)
         self.storage.delete_prefix(self.table_prefix(schema, table))
+        self._retention.forget(self.table_prefix(schema, table))
 
     def follow_up(self, latest: TableVersion) -> None:
         """Run the `follow` hook (and retention) on the latest committed version, as after its commit: a writer
