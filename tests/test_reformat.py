@@ -287,3 +287,21 @@ def test_the_catalog_entry_follows_avro_is_dropped_for_delimited_and_registered_
     entry = catalog.load_table(("cat", "c"))
     assert entry.metadata_location.endswith(f"v{back.version}.metadata.json")
     assert sorted(entry.scan().to_arrow().column("id").to_pylist()) == [1, 2]
+
+
+@pytest.mark.parametrize("configuration", ["local"], indirect=True)
+def test_a_table_format_the_table_has_follows_the_move_whatever_formats_says(  # type: ignore[no-untyped-def]
+        stub, configuration, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--formats none` on a move to Avro: the table's Iceberg metadata is not left describing its last Parquet
+    version (its readers would read those rows as the table's): it follows the move; Delta Lake's goes."""
+    t = table("t", COLUMNS)
+    create(stub, configuration, "fm", t)
+    write(stub, configuration, "fm", t, tmp_path, replace=[row(i, f"v{i}") for i in range(1, 4)])
+    storage = open_storage(spec_of(configuration))
+    code, _, err = cli(configuration, monkeypatch, capsys, "reformat", "fm.t", "--records-format", "avro",
+                       "--drop-table-formats", "--formats", "none")
+    assert code == 0, err
+    moved = latest(configuration, "fm", "t")
+    assert moved.table.stored_format == "avro"
+    assert iceberg_files(storage, moved) == {(f.name, "AVRO") for f in moved.files}
+    assert not has_folder(storage, moved.prefix, "_delta_log")

@@ -81,8 +81,10 @@ def reformat_command(storage: Storage, name: str, fields: dict[str, str], format
     registry = open_registry(catalog, formats) if catalog is not None else None
     dropped = tuple(f for f in TABLE_FORMATS if f not in formats_of_table(TABLE_FORMATS, new.stored_format))
     _check_dropping(storage, prefix, registry, current, new.stored_format, dropped, drop_table_formats)
-    # a format that does not describe the new files is followed too: the follow step removes its metadata
-    followed = tuple(f for f in TABLE_FORMATS if f in formats or f in dropped)
+    # a format the table has is followed too, whatever `formats` says: kept up with the move where it describes the
+    # new files (else it would go on describing the version before), removed where it does not
+    has = {fmt.name for fmt in formats_named(TABLE_FORMATS) if fmt.last_version(storage, prefix) is not None}
+    followed = tuple(f for f in TABLE_FORMATS if f in formats or f in dropped or f in has)
     store = TableStore(storage, KEEP_EVERY_VERSION, layout=_layout(probe, prefix, current),
                        follow=follow_hook(followed, catalog or CatalogSettings()))
     changes = _change_settings(storage, prefix, current)
