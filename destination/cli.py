@@ -205,8 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
                                "delimited): remove that metadata and, for Iceberg, the --catalog entry (refused "
                                "without it when the table has any)")
     reformat.add_argument("--formats", default="delta,iceberg",
-                          help="the table formats kept or written for it, as the server's table_formats "
-                               "(default delta,iceberg; none: no metadata, as a server with table_formats none)")
+                          help="the table formats written anew for it, as the server's table_formats (default "
+                               "delta,iceberg; none: none anew); metadata the table has follows the move anyway")
     reformat.add_argument("--catalog", metavar="CONFIGURATION_JSON",
                           help="the catalog of this configuration file: its entry registered or moved (to parquet or "
                                "avro) or dropped (to delimited, with --drop-table-formats)")
