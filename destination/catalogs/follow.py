@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from destination.catalogs.catalog import Catalog, DeltaEntries, catalog_name
 from destination.shared import logs, phases
-from destination.shared.on_disk.options import DELTA, ICEBERG, formats_of_table
+from destination.shared.on_disk.options import DELTA, ICEBERG, describes
 from destination.shared.storage.base import Storage
 from destination.shared.table_model import TableDef
 from destination.store.table_store import TableStore
@@ -68,7 +68,7 @@ def point_entry(registry: Registry, storage: Storage, prefix: str, schema: str, 
             return named
         if current is None:
             # first: an Iceberg entry is only made with the Delta one in place (an Avro table has no Delta Lake)
-            if registry.delta is not None and DELTA in formats_of_table((DELTA,), table.stored_format):
+            if registry.delta is not None and describes(DELTA, table.stored_format):
                 registry.delta.register_delta(namespace, name, storage.url(prefix))
             catalog.register(namespace, name, location, table)
             continue  # read back: registered by us, or by another writer meanwhile
@@ -90,7 +90,7 @@ class FollowCatalog:
     def __call__(self, store: TableStore, prefix: str, committed: TableVersion, oldest_retained: int) -> bool:
         catalog = self.registry.catalog
         namespace, name = self.registry.names(committed.schema, committed.table.name)
-        if ICEBERG not in formats_of_table((ICEBERG,), committed.table.stored_format):
+        if not describes(ICEBERG, committed.table.stored_format):
             return self._without_iceberg(store, prefix, committed, oldest_retained)
         fault: Exception | None = None
         try:

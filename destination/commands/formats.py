@@ -8,7 +8,7 @@ from destination.catalogs.catalog_settings import CatalogSettings
 from destination.catalogs.follow import point_entry
 from destination.catalogs.kinds import open_registry
 from destination.shared.errors import DestinationError
-from destination.shared.on_disk.options import DELTA, formats_of_table
+from destination.shared.on_disk.options import DELTA, describes
 from destination.shared.storage.base import Storage
 from destination.store.table_store import TableStore
 from destination.table_formats.sync import BuiltVersions, applies, bring_up_to_date, formats_named, oldest_retained
@@ -52,7 +52,7 @@ def formats_command(storage: Storage, name: str | None, formats: tuple[str, ...]
                 named = point_entry(registry, storage, prefix, schema, latest.table)
                 if registry.delta is not None:
                     names = registry.names(schema, table)
-                    if DELTA in formats_of_table((DELTA,), latest.table.stored_format):
+                    if describes(DELTA, latest.table.stored_format):
                         registry.delta.register_delta(*names, storage.url(prefix))  # registered before Delta was on
                     else:  # no Delta Lake for an Avro or delimited table: an entry left by a move goes
                         registry.delta.drop_delta(*names)

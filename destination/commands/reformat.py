@@ -24,7 +24,7 @@ from destination.catalogs.kinds import follow_hook, open_registry
 from destination.shared.changes.change_settings import ChangeSettings
 from destination.shared.changes.replay import version_files
 from destination.shared.errors import DestinationError, TableNotFound, UserActionRequired
-from destination.shared.on_disk.options import DELTA, ICEBERG, TABLE_FORMATS, default_layout, formats_of_table
+from destination.shared.on_disk.options import DELTA, ICEBERG, TABLE_FORMATS, default_layout, describes
 from destination.shared.records_formats.choice import FORMAT_FIELD, HINT_FIELDS, VARIANT_FIELD, records_choice
 from destination.shared.storage.base import Storage
 from destination.store.table_store import Retention, TableStore
@@ -79,7 +79,7 @@ def reformat_command(storage: Storage, name: str, fields: dict[str, str], format
         raise type(exc)(f"{schema}.{table}: {exc}") from None
     prefix = probe.table_prefix(schema, table)
     registry = open_registry(catalog, formats) if catalog is not None else None
-    dropped = tuple(f for f in TABLE_FORMATS if f not in formats_of_table(TABLE_FORMATS, new.stored_format))
+    dropped = tuple(f for f in TABLE_FORMATS if not describes(f, new.stored_format))
     _check_dropping(storage, prefix, registry, current, new.stored_format, dropped, drop_table_formats)
     # a format the table has is followed too, whatever `formats` says: kept up with the move where it describes the
     # new files (else it would go on describing the version before), removed where it does not
@@ -94,7 +94,7 @@ def reformat_command(storage: Storage, name: str, fields: dict[str, str], format
         names = registry.names(schema, table)
         if DELTA in dropped:
             registry.delta.drop_delta(*names)
-        elif DELTA in followed and DELTA not in formats_of_table(TABLE_FORMATS, current.table.stored_format):
+        elif DELTA in followed and not describes(DELTA, current.table.stored_format):
             registry.delta.register_delta(*names, storage.url(prefix))  # back in Parquet: the Iceberg entry stayed
     print(f"{schema}.{table}: version {committed.version} holds its {committed.rows} rows in records format "
           f"{format_text(committed.table)} (was {format_text(current.table)}, version {committed.version - 1})")

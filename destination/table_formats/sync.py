@@ -29,7 +29,7 @@ from destination.shared.errors import cause_text, scrub
 from destination.shared.on_disk import layout
 from destination.shared.on_disk.datafiles import write_options
 from destination.shared.on_disk.locations import first_written
-from destination.shared.on_disk.options import formats_of_table
+from destination.shared.on_disk.options import describes
 from destination.shared.on_disk.records import FILES_JSON
 from destination.shared.pools import shared_pool
 from destination.shared.storage.base import Storage
@@ -82,7 +82,7 @@ class FollowFormats:
         for fmt, future in beside:  # the wait for each is its phase
             with phases.timed(fmt.name):
                 followed = future.result() and followed
-        moved = moved_out_of(store, prefix, committed, self.formats)
+        moved = later_version(store, prefix, committed)
         if moved is not None:
             for fmt in self.formats:
                 if not applies(fmt, moved):
@@ -121,7 +121,8 @@ def bring_up_to_date(store: TableStore, prefix: str, fmt: TableFormat, latest: T
     none); versions retired or incomplete meanwhile are skipped. Returns the number of versions committed."""
     storage = store.storage
     if not applies(fmt, latest):  # Delta reads Parquet data files only; Iceberg Parquet and Avro files
-        if not _applies_to_a_later_version(store, prefix, fmt, latest):
+        later = later_version(store, prefix, latest)  # a move back by another process: its metadata is not stale
+        if later is None or not applies(fmt, later):
             _remove_stale(storage, prefix, fmt, latest)
         return 0
     versions = BuiltVersions() if built is None else built
@@ -149,31 +150,18 @@ def bring_up_to_date(store: TableStore, prefix: str, fmt: TableFormat, latest: T
     return len(missed) + 1
 
 
-def moved_out_of(store: TableStore, prefix: str, committed: TableVersion,
-                 formats: Sequence[TableFormat]) -> TableVersion | None:
-    """The table's latest version when a version after `committed` exists and is in a records format one of
-    `formats` does not describe (a move committed while `committed`'s formats were written); else None. One
-    existence check of the next commit record in the common case."""
-    if not store.storage.exists(layout.log_path(prefix, committed.version + 1)):
-        return None
-    latest = store.load(committed.schema, committed.table.name)
-    if latest is None or all(applies(fmt, latest) for fmt in formats):
-        return None
-    return latest
-
-
-def _applies_to_a_later_version(store: TableStore, prefix: str, fmt: TableFormat, version: TableVersion) -> bool:
-    """Whether a version after `version` was committed (a move back by another process) in a records format `fmt`
-    describes: its metadata, which that process writes, is then not stale."""
+def later_version(store: TableStore, prefix: str, version: TableVersion) -> TableVersion | None:
+    """The table's latest version when a version after `version` was committed meanwhile (a move to another records
+    format by another process, while this one wrote `version`'s formats), else None: one existence check of the
+    next commit record in the common case."""
     if not store.storage.exists(layout.log_path(prefix, version.version + 1)):
-        return False
-    latest = store.load(version.schema, version.table.name)
-    return latest is not None and applies(fmt, latest)
+        return None
+    return store.load(version.schema, version.table.name)
 
 
 def applies(fmt: TableFormat, version: TableVersion) -> bool:
     """Whether `fmt` describes the data files of `version` (Delta: Parquet tables; Iceberg: Parquet and Avro)."""
-    return fmt.name in formats_of_table((fmt.name,), version.table.stored_format)
+    return describes(fmt.name, version.table.stored_format)
 
 
 def _remove_stale(storage: Storage, prefix: str, fmt: TableFormat, latest: TableVersion) -> None:

@@ -74,7 +74,12 @@ def store_options(configuration: dict[str, str], is_s3: bool) -> StoreOptions:
 
 def formats_of_table(formats: tuple[str, ...], records_format: str) -> tuple[str, ...]:
     """The configured table formats that a table of `records_format` gets."""
-    return tuple(f for f in formats if f in APPLIES.get(records_format or PARQUET, TABLE_FORMATS))
+    return tuple(f for f in formats if describes(f, records_format))
+
+
+def describes(table_format: str, records_format: str) -> bool:
+    """Whether the table format (delta, iceberg) describes data files of `records_format`."""
+    return table_format in APPLIES.get(records_format or PARQUET, TABLE_FORMATS)
 
 
 def table_formats(configuration: dict[str, str]) -> tuple[str, ...]:
