@@ -14,6 +14,7 @@ import threading
 from urllib.parse import urlparse
 
 UNTIL_RESTORED = -1
+_REQUEST_LINE = re.compile(rb"(?:\A|\r\n)(GET|PUT|HEAD|POST|DELETE) (\S+) HTTP/1\.1\r\n")
 
 
 class FaultProxy:
@@ -27,6 +28,7 @@ class FaultProxy:
         self._outage_attempts = 0
         self._failing = 0  # attempts still to fail; UNTIL_RESTORED: until restore()
         self.failed = 0  # attempts failed so far
+        self.requests: list[tuple[str, str]] = []  # (method, path and query) of every request passed on, in order
         self._closed = False
         threading.Thread(target=self._accept, name="fault-proxy", daemon=True).start()
 
@@ -78,6 +80,8 @@ class FaultProxy:
             while chunk := client.recv(65536):
                 if self._should_fail(chunk):
                     break
+                with self._lock:  # a request line starts a chunk (or follows the previous request's body end)
+                    self.requests += [(m.group(1).decode(), m.group(2).decode()) for m in _REQUEST_LINE.finditer(chunk)]
                 upstream.sendall(chunk)
         except OSError:
             pass

@@ -13,6 +13,7 @@ from bench.batches import write_batch_file
 from bench.data import COLUMNS, KEY, Pools, column_names, plain_rows, system_columns, text_table
 from destination.protocol import sdk
 from destination.shared import phases
+from destination.table_formats.version import FormatLog
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING
 from tests.rpc_helpers import table
 
@@ -117,10 +118,14 @@ class _SleepingFormat:
     def __init__(self, name: str, seconds: float, reads_change_data: bool) -> None:
         self.name, self.seconds, self.reads_change_data = name, seconds, reads_change_data
 
+    def log(self, storage: object, prefix: str) -> FormatLog:
+        return FormatLog((), ())
+
     def last_version(self, storage: object, prefix: str) -> int | None:
         return None
 
-    def commit(self, storage: object, prefix: str, version: object, oldest_retained: int) -> None:
+    def commit(self, storage: object, prefix: str, version: object, oldest_retained: int,
+               log: FormatLog | None = None) -> None:
         import time
 
         from destination.shared import logs

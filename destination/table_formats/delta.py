@@ -79,7 +79,7 @@ from destination.shared.on_disk.layout import parse_version_dir
 from destination.shared.storage.base import Storage, StorageSpec
 from destination.shared.table_model import DESTINATION_META, ColumnDef, TableDef
 from destination.shared.type_mapping import decimal_storage
-from destination.table_formats.version import DELTA, LakeVersion, left_out_text
+from destination.table_formats.version import DELTA, FormatLog, LakeVersion, left_out_text
 
 LOG = "_delta_log"
 CHANGE_DATA = "_change_data"  # the change data files the `cdc` actions name: _change_data/v<N>/ per version
@@ -166,13 +166,17 @@ class DeltaFormat:
     folders: tuple[str, ...] = (LOG, CHANGE_DATA)
     reads_change_data: bool = True
 
-    def last_version(self, storage: Storage, prefix: str) -> int | None:
-        versions = _commit_versions(_log_names(storage, prefix))
-        return versions[-1] if versions else None
-
-    def commit(self, storage: Storage, prefix: str, version: LakeVersion, oldest_retained: int) -> None:
+    def log(self, storage: Storage, prefix: str) -> FormatLog:
         names = _log_names(storage, prefix)
-        commits = _commit_versions(names)
+        return FormatLog(tuple(_commit_versions(names)), tuple(names))
+
+    def last_version(self, storage: Storage, prefix: str) -> int | None:
+        return self.log(storage, prefix).last
+
+    def commit(self, storage: Storage, prefix: str, version: LakeVersion, oldest_retained: int,
+               log: FormatLog | None = None) -> None:
+        listed = self.log(storage, prefix) if log is None else log
+        names, commits = list(listed.names), list(listed.versions)
         number = version.version
         if not commits or commits[-1] < number:  # else: the log holds it already
             previous = _LAST_COMMITS.state(storage, prefix, commits[-1], names) if commits else None

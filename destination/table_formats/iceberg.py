@@ -111,7 +111,7 @@ from destination.shared.records_formats.codec import format_of_name
 from destination.shared.storage.base import Storage, StorageSpec
 from destination.shared.table_model import AVRO, DESTINATION_META, ColumnDef, TableDef
 from destination.shared.type_mapping import decimal_storage
-from destination.table_formats.version import ICEBERG, LakeFile, LakeVersion, left_out_text
+from destination.table_formats.version import ICEBERG, FormatLog, LakeFile, LakeVersion, left_out_text
 
 METADATA = "metadata"
 HINT = "version-hint.text"
@@ -166,17 +166,21 @@ class IcebergFormat:
     folders: tuple[str, ...] = (METADATA,)
     reads_change_data: bool = False
 
-    def last_version(self, storage: Storage, prefix: str) -> int | None:
-        """The newest `metadata/v<N>.metadata.json`; a hint left behind by a crash between the commit and the
+    def log(self, storage: Storage, prefix: str) -> FormatLog:
+        """The `metadata/v<N>.metadata.json` files; a hint left behind by a crash between the commit and the
         hint's move is moved forward here."""
         versions = _metadata_versions(storage, prefix)
-        if not versions:
-            return None
-        _move_hint(storage, prefix, versions[-1])
-        return versions[-1]
+        if versions:
+            _move_hint(storage, prefix, versions[-1])
+        return FormatLog(tuple(versions), ())
 
-    def commit(self, storage: Storage, prefix: str, version: LakeVersion, oldest_retained: int) -> None:
-        self.commit_on(storage, prefix, version, oldest_retained, _metadata_versions(storage, prefix))
+    def last_version(self, storage: Storage, prefix: str) -> int | None:
+        return self.log(storage, prefix).last
+
+    def commit(self, storage: Storage, prefix: str, version: LakeVersion, oldest_retained: int,
+               log: FormatLog | None = None) -> None:
+        versions = list(log.versions) if log is not None else _metadata_versions(storage, prefix)
+        self.commit_on(storage, prefix, version, oldest_retained, versions)
 
     def commit_on(self, storage: Storage, prefix: str, version: LakeVersion, oldest_retained: int,
                   versions: list[int]) -> None:
@@ -389,7 +393,7 @@ class _Commit:
                 spec_id=UNPARTITIONED_PARTITION_SPEC.spec_id, equality_ids=None, key_metadata=None)
         import pyarrow.parquet as pq
 
-        with self.storage.open_input(self.io.path_of(url)) as source:
+        with self.storage.open_input(self.io.path_of(url), file.bytes) as source:
             footer = pq.read_metadata(source)
         by_path = parquet_path_to_id_mapping(schema)
         columns = {footer.schema.column(i).path for i in range(footer.num_columns)}

@@ -130,7 +130,8 @@ def bring_up_to_date(store: TableStore, prefix: str, fmt: TableFormat, latest: T
     def lake(version: TableVersion) -> LakeVersion:
         return versions.get(store, prefix, version, fmt.reads_change_data)
 
-    last = fmt.last_version(storage, prefix)
+    log = fmt.log(storage, prefix)
+    last = log.last
     if last is not None and last >= latest.version:
         return 0
     first = oldest_retained if last is None else max(last + 1, oldest_retained)
@@ -146,7 +147,7 @@ def bring_up_to_date(store: TableStore, prefix: str, fmt: TableFormat, latest: T
             missed = [*missed, version] if applies(fmt, version) else []
     for version in missed:
         fmt.commit(storage, prefix, lake(version), oldest_retained)
-    fmt.commit(storage, prefix, lake(latest), oldest_retained)
+    fmt.commit(storage, prefix, lake(latest), oldest_retained, None if missed else log)
     return len(missed) + 1
 
 

@@ -31,6 +31,20 @@ class ChangeDataFile:
     bytes: int
 
 
+@dataclass(frozen=True)
+class FormatLog:
+    """One listing of a format's metadata for a table: the records versions it holds an entry for (ascending) and
+    the names listed, handed from the check of how far the format is to the commit on top of it (on S3 a listing
+    is a round trip; a small sync's commit no longer lists the folder twice)."""
+
+    versions: tuple[int, ...]
+    names: tuple[str, ...]
+
+    @property
+    def last(self) -> int | None:
+        return self.versions[-1] if self.versions else None
+
+
 @dataclass(frozen=True, kw_only=True)
 class LakeVersion:
     """One committed records version as the formats see it."""
@@ -54,12 +68,17 @@ class TableFormat(Protocol):
     folders: tuple[str, ...]  # the table's folders holding the format's metadata (what `formats --rebuild` clears)
     reads_change_data: bool  # whether `commit` uses `version.change_data` (written for it only then)
 
+    def log(self, storage: Storage, prefix: str) -> FormatLog:
+        """The format's entries for the table at `prefix`, from one listing."""
+
     def last_version(self, storage: Storage, prefix: str) -> int | None:
         """The records version of the format's latest entry for the table at `prefix`; None: none yet."""
 
-    def commit(self, storage: Storage, prefix: str, version: LakeVersion, oldest_retained: int) -> None:
+    def commit(self, storage: Storage, prefix: str, version: LakeVersion, oldest_retained: int,
+               log: FormatLog | None = None) -> None:
         """Make `version` the format's latest entry (its live files exactly `version.files`), on top of whatever
-        entry the format holds now (the versions in between may be missing: retired before they were caught up).
+        entry the format holds now (`log`, when the caller has just listed it; the versions in between may be
+        missing: retired before they were caught up).
         Versions before `oldest_retained` (<= version.version) stop being offered to readers: records retention
         deletes the files only they list right after this call, so time travel to them must fail, not read
         missing files."""

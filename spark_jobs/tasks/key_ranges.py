@@ -54,7 +54,8 @@ def sort_run_task(ctx: JobContext, unit: RunSource) -> SortedRun:
     table_def = ctx.table
     compression = ctx.run_compression
     if unit.stored is not None:
-        stored = read_data_file(open_storage(ctx.storage), file_dir(ctx.read_dir, unit.stored), unit.stored.name)
+        stored = read_data_file(open_storage(ctx.storage), file_dir(ctx.read_dir, unit.stored), unit.stored.name,
+                                size=unit.stored.bytes)
         return _stage(_scratch(ctx), unit.run_path, sorted_rows(align(stored, table_def), table_def), table_def,
                       compression)
     assert unit.ref is not None and unit.fmt is not None
@@ -73,13 +74,15 @@ def _stage(storage: Storage, path: str, rows: pa.Table | None, table_def: TableD
     n = rows.num_rows
     starts = list(range(0, n, RUN_BATCH_ROWS))
     options = ipc.IpcWriteOptions(compression=compression)
-    with storage.open_output(path) as sink, ipc.new_file(sink, rows.schema, options=options) as writer:
-        for s in starts:
-            writer.write_batch(rows.slice(s, RUN_BATCH_ROWS).combine_chunks().to_batches()[0])
+    with storage.open_output(path) as sink:
+        with ipc.new_file(sink, rows.schema, options=options) as writer:
+            for s in starts:
+                writer.write_batch(rows.slice(s, RUN_BATCH_ROWS).combine_chunks().to_batches()[0])
+        size = sink.tell()
     keys = key_columns_of(rows, table_def)
     firsts = keys_to_json(keys.take(starts), table_def)
     lasts = keys_to_json(keys.take([min(s + RUN_BATCH_ROWS, n) - 1 for s in starts]), table_def)
-    return SortedRun(run_path=path, rows=n, bytes=storage.size(path),
+    return SortedRun(run_path=path, rows=n, bytes=size,
                      batch_rows=tuple(min(RUN_BATCH_ROWS, n - s) for s in starts),
                      batch_first=tuple(firsts), batch_last=tuple(lasts))
 
@@ -117,9 +120,10 @@ def _must_rewrite(ctx: JobContext, storage: Storage, f: DataFile, ops: pa.Table,
     if pc.any(pc.equal(pc.filter(ops.column(OP), pa.array(inside)), OP_REPLACE)).as_py():
         return True  # an insert or a replace inside the range: the file is rewritten in either case
     key_names = [c.name for c in table_def.entity_key]
-    whole = None if format_of_name(f.name) == PARQUET else read_data_file(storage, file_dir(ctx.read_dir, f), f.name)
+    where = file_dir(ctx.read_dir, f)
+    whole = None if format_of_name(f.name) == PARQUET else read_data_file(storage, where, f.name, size=f.bytes)
     stored_keys = whole.select(key_names) if whole is not None else \
-        read_data_file(storage, file_dir(ctx.read_dir, f), f.name, key_names)
+        read_data_file(storage, where, f.name, key_names, f.bytes)
     wanted = pc.filter(ops.column(KEY), pa.array(inside))
     held = bool(pc.any(pc.is_in(key_tokens(stored_keys, table_def.entity_key), value_set=wanted)).as_py())
     if held and whole is not None:
@@ -132,7 +136,7 @@ def _read_part(ctx: JobContext, storage: Storage, f: DataFile, unit: RangeUnit,
     """A stored file's rows within the unit's range (all of them when the file lies inside it)."""
     stored = decoded.pop(f.name, None)
     if stored is None:
-        stored = read_data_file(storage, file_dir(ctx.read_dir, f), f.name)
+        stored = read_data_file(storage, file_dir(ctx.read_dir, f), f.name, size=f.bytes)
     rows = align(stored, ctx.table)
     lo, hi = _bound(unit.lo, ctx.table), _bound(unit.hi, ctx.table)
     if lo is None and hi is None:

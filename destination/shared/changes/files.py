@@ -45,7 +45,7 @@ class ChangeTarget:
 def _write_parquet(storage: Storage, path: str, table: pa.Table) -> int:
     with storage.open_output(path) as sink:
         pq.write_table(table, sink, **write_options(table))
-    return storage.size(path)
+        return sink.tell()
 
 
 def _final_name(target: ChangeTarget, bucket: int | None) -> str:

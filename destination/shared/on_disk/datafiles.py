@@ -154,7 +154,8 @@ def write_data_file(storage: Storage, directory: str, name: str, table: pa.Table
             pq.write_table(table, sink, row_group_size=ROW_GROUP_ROWS, **write_options(table))
         else:  # the rows as stored: a delimited variant NULLs (and records) the values it cannot hold
             table = codec.write(table, table_def, sink).cast(schema)
-    return statistics(table, table_def, name=name, size=storage.size(path), bucket=bucket, in_key_order=in_key_order)
+        size = sink.tell()  # the bytes written are the object's: no request to ask the store
+    return statistics(table, table_def, name=name, size=size, bucket=bucket, in_key_order=in_key_order)
 
 
 def write_sorted_files(storage: Storage, directory: str, rows: pa.Table, table_def: TableDef,
@@ -182,17 +183,19 @@ def write_sorted_files(storage: Storage, directory: str, rows: pa.Table, table_d
         name = data_file_name("part")
         path = f"{directory}/{name}"
         end = begin
-        with storage.open_output(path) as sink, pq.ParquetWriter(sink, schema, **options) as writer:
-            while end < n:
-                stop = _next_start(starts, end + group, n)
-                if n - stop < group:  # too short for a file or row group of its own
-                    stop = n
-                writer.write_table(rows.slice(end, stop - end), row_group_size=stop - end)
-                end = stop
-                if sink.tell() >= target_bytes:
-                    break
+        with storage.open_output(path) as sink:
+            with pq.ParquetWriter(sink, schema, **options) as writer:
+                while end < n:
+                    stop = _next_start(starts, end + group, n)
+                    if n - stop < group:  # too short for a file or row group of its own
+                        stop = n
+                    writer.write_table(rows.slice(end, stop - end), row_group_size=stop - end)
+                    end = stop
+                    if sink.tell() >= target_bytes:
+                        break
+            size = sink.tell()  # the footer included
         part = rows.slice(begin, end - begin)
-        files.append(statistics(part, table_def, name=name, size=storage.size(path), bucket=None, in_key_order=True))
+        files.append(statistics(part, table_def, name=name, size=size, bucket=None, in_key_order=True))
         begin = end
     return files
 
@@ -242,14 +245,15 @@ def written_under(storage: Storage, directory: str) -> TableDef:
     return TableDef.from_json(json.loads(storage.read_bytes(f"{directory}/{TABLE_JSON}"))["table"])
 
 
-def read_data_file(storage: Storage, directory: str, name: str, columns: list[str] | None = None) -> pa.Table:
+def read_data_file(storage: Storage, directory: str, name: str, columns: list[str] | None = None,
+                   size: int | None = None) -> pa.Table:
     """A data file's rows (`columns` of them, or all): Parquet as stored, the other formats in the data-file
-    schema of the definition they were written under."""
+    schema of the definition they were written under. `size`: the file's, when known (Storage.open_input)."""
     if format_of_name(name) == "parquet":
-        with storage.open_input(f"{directory}/{name}") as source:
+        with storage.open_input(f"{directory}/{name}", size) as source:
             return pq.read_table(source, columns=columns)
     table_def = written_under(storage, directory)
-    with storage.open_input(f"{directory}/{name}") as source:
+    with storage.open_input(f"{directory}/{name}", size) as source:
         table = table_codec(table_def).read(source, table_def)
     return table.select(columns) if columns is not None else table
 

@@ -137,9 +137,10 @@ class Storage(ABC):
             yield sink
 
     @contextmanager
-    def open_input(self, path: str) -> Iterator[pa.NativeFile]:
+    def open_input(self, path: str, size: int | None = None) -> Iterator[pa.NativeFile]:
         """A random-access reader of the object at `path`. FileNotFoundError when it is missing, StorageError when
-        it cannot be read."""
+        it cannot be read. `size`, the object's size when the caller knows it, lets a backend read a small object
+        whole (S3: one request)."""
         with self.translated("read", path), self.arrow_fs.open_input_file(self.arrow_path(path)) as source:
             yield source
 

@@ -22,12 +22,14 @@ import boto3
 import botocore.config
 import botocore.exceptions
 import botocore.utils
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from destination.shared.errors import DestinationError, StorageError, StorageUnavailable, scrub
 from destination.shared.storage.base import ObjectInfo, Storage, StorageSpec, reason
 
 T = TypeVar("T")
+WHOLE_READ_BYTES = 8 << 20  # a data file up to this size (a small sync's) is read in one request
 _HINTS = {
     "NoSuchBucket": "the bucket does not exist; create it or fix `root`",
     "InvalidAccessKeyId": "the access key id is not known to the S3 service; check `aws_access_key_id`",
@@ -173,6 +175,16 @@ class S3Storage(Storage):
         except botocore.exceptions.BotoCoreError as exc:
             raise self._error(f"read of {key!r}", exc) from None
 
+    @contextmanager
+    def open_input(self, path: str, size: int | None = None) -> Iterator[pa.NativeFile]:
+        """A small object of known size is read whole with one GET: pyarrow's random-access file asks for its size
+        (HEAD) and then reads a Parquet footer and its columns in ranges, three requests or more."""
+        if size is None or size > WHOLE_READ_BYTES:
+            with super().open_input(path) as source:
+                yield source
+            return
+        yield pa.BufferReader(self.read_bytes(path))
+
     def write_bytes(self, path: str, data: bytes) -> None:
         key = self._key(path)
         self._call(f"write of {key!r}", lambda: self.client.put_object(Bucket=self.bucket, Key=key, Body=data))
@@ -294,7 +306,9 @@ class S3Storage(Storage):
     def arrow_fs(self) -> pafs.FileSystem:
         if self._fs is None:
             endpoint = self._endpoint
-            kwargs: dict[str, Any] = {"region": self.spec.s3_region or "us-east-1",
+            # delayed open: a file smaller than one part goes up as one PUT when it closes (a small sync's data
+            # file), not as a multipart upload's three requests; an open's error surfaces at the first write or close
+            kwargs: dict[str, Any] = {"region": self.spec.s3_region or "us-east-1", "allow_delayed_open": True,
                                       "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=retry_attempts(self.spec))}
             if self.spec.access_key_id:
                 kwargs["access_key"] = self.spec.access_key_id
