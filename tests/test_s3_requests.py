@@ -2,7 +2,8 @@
 a small sync's cost on S3 is its round trips (docs/BENCHMARKS.md, the fleet), so the ones it can do without stay
 gone. A new small data file is one PUT (not a multipart upload's three requests) and its size is the bytes written
 (no HEAD); a stored small data file is read with one GET (not a HEAD and ranged GETs); each table format lists its
-folder once per commit."""
+folder once per commit; the version the last sync committed is the next one's base without reading its metadata
+documents again."""
 from __future__ import annotations
 
 import re
@@ -66,6 +67,9 @@ def test_a_small_sync_writes_and_reads_each_data_file_in_one_request(stub, proxy
     delta = [path for path in listed if "%2F_delta_log%2F&delimiter=" in path]  # Delta's log, one level
     iceberg = [path for path in listed if "%2Fmetadata%2Fv&" in path]  # Iceberg's metadata files
     assert len(delta) == 1 and len(iceberg) == 1, (delta, iceberg)  # each format's entries listed once
+
+    # the base is the version the first sync committed: its definition and file list are known, not read again
+    assert not [r for r in sync if re.search(r"/v\d+/_(table|files)\.json$", r[1]) and r[0] == "GET"], sync
 
     direct = {**configuration, "s3_endpoint": s3_server.endpoint}
     assert sorted(r["id"] for r in rows_of(direct, "s", "orders")) == list(range(75))

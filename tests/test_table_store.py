@@ -287,3 +287,24 @@ def test_retention_tells_committed_versions_from_leftovers_by_their_commit_recor
     assert oracle == {1, 2, 4, 5, 6}
     assert store._retention._committed(prefix, candidates) == oracle
     assert store._retention._committed(prefix, [5, 6]) == {5, 6}
+
+
+def test_a_kept_latest_version_is_used_only_while_latest_names_it(storage: Storage) -> None:
+    """A store keeps the latest version it loaded or committed (committed versions never change) and serves it
+    again while `_latest` names that very version: after another process drops the table and creates it again up
+    to the same version number, with another definition, the first store reads the new one."""
+    mine, other = TableStore(storage), TableStore(storage)
+    mine.write(SCHEMA, "events", lambda base, target: PendingVersion(TABLE, [], [], {"kind": "create"}))
+    mine.write(SCHEMA, "events", appender(storage, 1))
+    kept = mine.load(SCHEMA, "events")
+    assert kept is not None and kept.version == 2 and ids(mine, kept) == [1, 2, 3]
+
+    other.drop(SCHEMA, "events")
+    wider = replace(TABLE, columns=(*TABLE.columns, ColumnDef("extra", "INT")))
+    for _ in range(2):  # versions 1 and 2 again
+        other.write(SCHEMA, "events", lambda base, target: PendingVersion(wider, [], [], {"kind": "create"}))
+    again = mine.load(SCHEMA, "events")
+    assert again is not None and again.version == 2
+    assert [c.name for c in again.table.columns] == [c.name for c in wider.columns]  # not the kept definition
+    assert ids(mine, again) == []
+    assert mine.load(SCHEMA, "events") == again  # and now that one is kept

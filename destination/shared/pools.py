@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 
 _lock = threading.Lock()
 _pools: dict[str, tuple[int, ThreadPoolExecutor]] = {}
@@ -26,3 +27,17 @@ def shared_pool(name: str, workers: int) -> ThreadPoolExecutor:
         if made is None or made[0] != pid:
             made = _pools[name] = (pid, ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name))
         return made[1]
+
+
+def side_by_side(name: str, workers: int, calls: Sequence[Callable[[], object]]) -> None:
+    """Run `calls` at once in the pool `name` (one alone runs here); every call has ended when this returns, and
+    the first failure (in the calls' order) is raised."""
+    if len(calls) < 2:
+        for call in calls:
+            call()
+        return
+    pool = shared_pool(name, workers)
+    futures = [pool.submit(call) for call in calls]
+    wait(futures)
+    for future in futures:
+        future.result()

@@ -3,7 +3,11 @@ newest complete version when the latest one lacks files."""
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
 
 from destination.shared import field_ids, logs, phases
 from destination.shared.on_disk import layout, records
@@ -16,26 +20,66 @@ from destination.store.table_names import TableNames
 from destination.store.versions import IncompleteVersion, TableVersion
 
 VERSION_METADATA = (*records.METADATA_FILES, records.MANIFEST)
+KNOWN_TABLES = 4096  # tables whose latest version a reader keeps (the least recently used forgotten first)
 
 
 class VersionReader:
-    """Loads committed versions, checking that every file a version lists is there."""
+    """Loads committed versions, checking that every file a version lists is there.
+
+    A committed version never changes, so the definition and file list of the latest version this process loaded
+    or committed are kept per table and used again, with no reads of its `_table.json` and `_files.json` (two
+    requests on S3, twice a small sync), while the `_latest` read last names that very version: the same number
+    and commit time (a table dropped and created again, or another writer's commit, names another). Its files are
+    checked all the same (one listing), as every load checks them."""
 
     def __init__(self, storage: Storage, names: TableNames) -> None:
         self.storage = storage
         self._names = names
+        self._lock = threading.Lock()
+        self._known: OrderedDict[str, TableVersion] = OrderedDict()
+        self._named: dict[str, tuple[int, float]] = {}  # prefix → (version, commit time) its `_latest` named
 
     def latest_version_number(self, prefix: str) -> int:
-        n = 0
+        n, at = 0, None
         try:
-            n = int(json.loads(self.storage.read_bytes(layout.latest_path(prefix)))["version"])
+            latest = json.loads(self.storage.read_bytes(layout.latest_path(prefix)))
+            n, at = int(latest["version"]), latest.get("committed_at")
         except FileNotFoundError:
             pass
-        except (ValueError, KeyError):
+        except (ValueError, KeyError, TypeError):
             logs.warning(f"{prefix}: unreadable _latest; finding the latest version from the commit log")
+        named = n
         while self.storage.exists(layout.log_path(prefix, n + 1)):
             n += 1
+        with self._lock:
+            if n == named and isinstance(at, float):
+                self._named[prefix] = (n, at)
+            else:
+                self._named.pop(prefix, None)
         return n
+
+    def remember(self, version: TableVersion) -> None:
+        """`version` (just committed by this process, or loaded complete) as its table's latest known version: it
+        must be the version as `version_of` builds it from its metadata documents."""
+        with self._lock:
+            self._known[version.prefix] = version
+            self._known.move_to_end(version.prefix)
+            while len(self._known) > KNOWN_TABLES:
+                forgotten, _ = self._known.popitem(last=False)
+                self._named.pop(forgotten, None)
+
+    def forget(self, prefix: str) -> None:
+        """A table dropped by this process: nothing of it is known any more."""
+        with self._lock:
+            self._known.pop(prefix, None)
+            self._named.pop(prefix, None)
+
+    def _known_version(self, prefix: str, n: int) -> TableVersion | None:
+        with self._lock:
+            known = self._known.get(prefix)
+            if known is None or known.version != n or self._named.get(prefix) != (n, known.committed_at):
+                return None
+            return known
 
     def load(self, schema: str, table: str, version: int | None = None) -> TableVersion | None:
         """The given version (IncompleteVersion if it lacks files), or the newest complete one."""
@@ -62,23 +106,26 @@ class VersionReader:
         """Version n; None if it was never committed; IncompleteVersion if committed but lacking a file."""
         prefix = self._names.table_prefix(schema, table)
         directory = layout.version_dir(prefix, n)
+        known = self._known_version(prefix, n)
+        if known is not None and known.schema == schema \
+                and not self.missing_of_version(directory, known.files, table_codec(known.table).format_file):
+            return known
         try:
             meta = json.loads(self.storage.read_bytes(f"{directory}/{records.TABLE_JSON}"))
             files = json.loads(self.storage.read_bytes(f"{directory}/{records.FILES_JSON}"))
         except FileNotFoundError:
             return self._uncommitted(schema, table, n, self.missing_files(directory, VERSION_METADATA))
-        definition = TableDef.from_json(meta["table"])
-        if not definition.field_ids:
-            definition = self._ids_of_before(prefix, definition)
-        loaded = TableVersion(
-            schema=schema, version=n, table=definition,
-            files=tuple(DataFile.from_json(f) for f in files["files"]), prefix=prefix,
-            committed_at=float(meta.get("committed_at", 0.0)),
-            recent_batches=tuple(meta.get("recent_batches", ())),
-            change_totals=dict(meta.get("change_totals", {})),
-        )
-        missing = self.missing_of_version(directory, loaded.files, table_codec(definition).format_file)
-        return self._uncommitted(schema, table, n, missing) if missing else loaded
+        loaded = version_of(schema, prefix, n, meta, files)
+        if not loaded.table.field_ids:
+            loaded = replace(loaded, table=self._ids_of_before(prefix, loaded.table))
+        missing = self.missing_of_version(directory, loaded.files, table_codec(loaded.table).format_file)
+        if missing:
+            return self._uncommitted(schema, table, n, missing)
+        with self._lock:
+            named = self._named.get(prefix) == (n, loaded.committed_at)
+        if named:  # the latest version (an older one loaded, by a catch-up say, is not kept)
+            self.remember(loaded)
+        return loaded
 
     def _ids_of_before(self, prefix: str, table: TableDef) -> TableDef:
         """A table committed before field ids were kept: the ids of its Iceberg metadata, where it has one (files
@@ -106,3 +153,14 @@ class VersionReader:
         """Which of `names` (relative to directory) are not there; one listing, not a lookup per file."""
         present = {o.path[len(directory) + 1:] for o in self.storage.list_recursive(directory)}
         return [name for name in names if name not in present]
+
+
+def version_of(schema: str, prefix: str, n: int, meta: dict[str, Any], files: dict[str, Any]) -> TableVersion:
+    """Version n as its `_table.json` (`meta`) and `_files.json` (`files`) documents describe it."""
+    return TableVersion(
+        schema=schema, version=n, table=TableDef.from_json(meta["table"]),
+        files=tuple(DataFile.from_json(f) for f in files["files"]), prefix=prefix,
+        committed_at=float(meta.get("committed_at", 0.0)),
+        recent_batches=tuple(meta.get("recent_batches", ())),
+        change_totals=dict(meta.get("change_totals", {})),
+    )

@@ -114,6 +114,7 @@ class TableStore:
             self._follow.dropped(self, schema, table)
         self.storage.delete_prefix(self.table_prefix(schema, table))
         self._retention.forget(self.table_prefix(schema, table))
+        self._reader.forget(self.table_prefix(schema, table))
 
     def follow_up(self, latest: TableVersion) -> None:
         """Run the `follow` hook (and retention) on the latest committed version, as after its commit: a writer

@@ -12,16 +12,16 @@ from __future__ import annotations
 import io
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from concurrent.futures import wait
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 from destination.shared.errors import DestinationError, StorageError, scrub
-from destination.shared.pools import shared_pool
+from destination.shared.pools import side_by_side
 
 WRITE_THREADS = 8  # objects written at once by `write_all` in a process (more wait for a thread)
 
@@ -112,15 +112,7 @@ class Storage(ABC):
     def write_all(self, objects: Sequence[tuple[str, bytes]]) -> None:
         """Write (or replace) several whole objects side by side (a version's metadata files: one round trip's time
         on S3, not one per object); every write has ended when this returns, and the first failure is raised."""
-        if len(objects) < 2:
-            for path, data in objects:
-                self.write_bytes(path, data)
-            return
-        pool = shared_pool("storage-writes", WRITE_THREADS)
-        futures = [pool.submit(self.write_bytes, path, data) for path, data in objects]
-        wait(futures)
-        for future in futures:
-            future.result()
+        side_by_side("storage-writes", WRITE_THREADS, [partial(self.write_bytes, path, data) for path, data in objects])
 
     @contextmanager
     def probing_root(self) -> Iterator[None]:
