@@ -29,6 +29,7 @@ class FaultProxy:
         self._failing = 0  # attempts still to fail; UNTIL_RESTORED: until restore()
         self.failed = 0  # attempts failed so far
         self.requests: list[tuple[str, str]] = []  # (method, path and query) of every request passed on, in order
+        self._cut: tuple[re.Pattern[bytes], int, int] | None = None  # (trigger, bytes kept, responses still to cut)
         self._closed = False
         threading.Thread(target=self._accept, name="fault-proxy", daemon=True).start()
 
@@ -37,6 +38,21 @@ class FaultProxy:
         `attempts` more (UNTIL_RESTORED: every one until `restore`)."""
         with self._lock:
             self._trigger, self._outage_attempts = re.compile(trigger, re.MULTILINE), attempts
+
+    def cut_responses(self, trigger: bytes, keep: int, times: int) -> None:
+        """Break off the responses to the next `times` requests matching `trigger` after `keep` bytes (the status
+        line and headers included) and reset the connection: a connection dropped in the middle of a body."""
+        with self._lock:
+            self._cut = (re.compile(trigger, re.MULTILINE), keep, times)
+
+    def _cuts(self, chunk: bytes) -> int | None:
+        """The bytes of this request's response to pass on before breaking it off (None: all of them)."""
+        with self._lock:
+            if self._cut is None or not self._cut[0].search(chunk):
+                return None
+            trigger, keep, times = self._cut
+            self._cut = (trigger, keep, times - 1) if times > 1 else None
+            return keep
 
     def restore(self) -> None:
         with self._lock:
@@ -75,11 +91,13 @@ class FaultProxy:
         except OSError:
             _reset(client)
             return
-        threading.Thread(target=_pump, args=(upstream, client), daemon=True).start()
+        cut: list[int | None] = [None]  # bytes of the coming response still to pass on before breaking it off
+        threading.Thread(target=_pump, args=(upstream, client, cut), daemon=True).start()
         try:
             while chunk := client.recv(65536):
                 if self._should_fail(chunk):
                     break
+                cut[0] = self._cuts(chunk)
                 with self._lock:  # a request line starts a chunk (or follows the previous request's body end)
                     self.requests += [(m.group(1).decode(), m.group(2).decode()) for m in _REQUEST_LINE.finditer(chunk)]
                 upstream.sendall(chunk)
@@ -89,9 +107,17 @@ class FaultProxy:
         _reset(upstream)
 
 
-def _pump(source: socket.socket, sink: socket.socket) -> None:
+def _pump(source: socket.socket, sink: socket.socket, cut: list[int | None] | None = None) -> None:
     try:
         while chunk := source.recv(65536):
+            left = cut[0] if cut is not None else None
+            if left is not None and len(chunk) >= left:
+                sink.sendall(chunk[:left])
+                for sock in (sink, source):  # shut down first: the thread blocked reading the client wakes up
+                    sock.shutdown(socket.SHUT_RDWR)
+                return
+            if left is not None and cut is not None:
+                cut[0] = left - len(chunk)
             sink.sendall(chunk)
     except OSError:
         pass

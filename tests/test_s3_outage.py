@@ -115,3 +115,25 @@ def test_an_outage_in_a_data_file_write_on_the_server_is_unavailable(  # type: i
     assert TableStore(open_storage(spec_of(direct))).load("s", "orders") is None  # nothing committed
     _created(stub, through_proxy)  # Fivetran's retry
     assert rows_of(direct, "s", "orders") == []
+
+
+def test_a_body_broken_off_while_a_small_object_is_read_is_read_again(through_proxy, proxy) -> None:  # type: ignore[no-untyped-def]
+    """A data file of known size is read with one GET (Storage.open_input): a connection dropped in the middle of
+    its body (botocore retries a request, not the reading of its body) is read again, and once every attempt broke
+    off the read is StorageUnavailable (Fivetran retries), not a StorageError."""
+    from destination.shared.errors import StorageUnavailable
+    from destination.shared.storage.s3 import retry_attempts
+
+    storage = open_storage(spec_of(through_proxy))
+    data = bytes(range(256)) * 800  # 200 KB
+    storage.write_bytes("objects/part-1.parquet", data)
+    proxy.cut_responses(rb"^GET [^ ]*/objects/part-1\.parquet ", keep=2000, times=1)
+    with storage.open_input("objects/part-1.parquet", size=len(data)) as source:
+        assert source.read() == data
+    assert [r for r in proxy.requests if r[0] == "GET" and r[1].endswith("/objects/part-1.parquet")] == \
+        [("GET", proxy.requests[-1][1])] * 2  # broken off once, read again
+    attempts = retry_attempts(storage.spec)
+    proxy.cut_responses(rb"^GET [^ ]*/objects/part-1\.parquet ", keep=2000, times=attempts)
+    with pytest.raises(StorageUnavailable, match=r"objects/part-1\.parquet"), \
+            storage.open_input("objects/part-1.parquet", size=len(data)):
+        pass

@@ -308,3 +308,43 @@ def test_a_kept_latest_version_is_used_only_while_latest_names_it(storage: Stora
     assert [c.name for c in again.table.columns] == [c.name for c in wider.columns]  # not the kept definition
     assert ids(mine, again) == []
     assert mine.load(SCHEMA, "events") == again  # and now that one is kept
+
+
+def test_a_commit_stands_when_the_server_stops_before_its_housekeeping(storage: Storage,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the commit record, `_latest` and the claims' clean-up go to a thread pool; a stopping interpreter's
+    pools take no more work (concurrent.futures' RuntimeError): the write still answers with its version, and
+    readers step forward to it from `_latest`."""
+    import destination.store.commit as commit
+
+    store = TableStore(storage)
+    store.write(SCHEMA, "events", appender(storage, 1))
+
+    def stopping(name: str, workers: int, calls: object) -> None:
+        raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+
+    monkeypatch.setattr(commit, "side_by_side", stopping)
+    second = store.write(SCHEMA, "events", appender(storage, 10))
+    assert second is not None and second.version == 2
+    monkeypatch.undo()
+    latest = TableStore(storage).load(SCHEMA, "events")
+    assert latest is not None and latest.version == 2 and ids(store, latest) == [1, 2, 3, 10, 11, 12]
+
+
+def test_the_kept_versions_are_bounded_by_tables_and_files(storage: Storage, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server writing to many tables keeps the latest versions of the most recently used ones only: at most
+    KNOWN_TABLES tables and, past KNOWN_FILES data files in all, fewer (the memory stays bounded over weeks)."""
+    import destination.store.loading as loading
+
+    monkeypatch.setattr(loading, "KNOWN_TABLES", 3)
+    monkeypatch.setattr(loading, "KNOWN_FILES", 4)
+    store = TableStore(storage)
+    for t in range(5):
+        store.write(SCHEMA, f"events{t}", appender(storage, 1))
+        store.write(SCHEMA, f"events{t}", appender(storage, 10))  # two data files
+        assert store.load(SCHEMA, f"events{t}") is not None
+    reader = store._reader
+    kept = list(reader._known)
+    assert len(kept) == 2 and sum(len(v.files) for v in reader._known.values()) == 4  # the files bound bites first
+    assert kept == [store.table_prefix(SCHEMA, f"events{t}") for t in (3, 4)]  # the most recently used
+    assert len(reader._named) == 3

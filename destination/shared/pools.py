@@ -7,10 +7,11 @@ and work submitted there would never run). Work submitted to one must never wait
 """
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 _lock = threading.Lock()
 _pools: dict[str, tuple[int, ThreadPoolExecutor]] = {}
@@ -30,14 +31,19 @@ def shared_pool(name: str, workers: int) -> ThreadPoolExecutor:
 
 
 def side_by_side(name: str, workers: int, calls: Sequence[Callable[[], object]]) -> None:
-    """Run `calls` at once in the pool `name` (one alone runs here); every call has ended when this returns, and
-    the first failure (in the calls' order) is raised."""
+    """Run `calls` at once in the pool `name` (one alone runs here), each in a copy of the caller's context (its
+    log fields); every call has ended when this returns, and the first failure (in the calls' order) is raised. A
+    pool that takes no more work (the interpreter is exiting) raises its RuntimeError once the calls it took ended."""
     if len(calls) < 2:
         for call in calls:
             call()
         return
     pool = shared_pool(name, workers)
-    futures = [pool.submit(call) for call in calls]
-    wait(futures)
+    futures: list[Future[object]] = []
+    try:
+        for call in calls:
+            futures.append(pool.submit(contextvars.copy_context().run, call))
+    finally:
+        wait(futures)
     for future in futures:
         future.result()

@@ -298,6 +298,11 @@ class Committer:
                                                     before_retiring=lambda oldest: follow(prefix, committed, oldest))
         except StorageError as exc:  # the commit stands; housekeeping is retried next time
             logs.warning(f"{prefix}: version {committed.version} committed; housekeeping failed: {exc}")
+        except RuntimeError as exc:  # the server is stopping and its pools take no more work: the commit stands
+            if _abandoned_by_shutdown(exc) is None:
+                raise
+            logs.warning(f"{prefix}: version {committed.version} committed; the server is stopping, so `_latest`, "
+                         "the claims and the table formats are left to the next write of the table")
 
     def _abandon(self, prefix: str, target: int, generation: int) -> None:
         """Undo an attempt that committed nothing. Its directory is cleared only while this writer still holds the

@@ -20,7 +20,10 @@ from destination.store.table_names import TableNames
 from destination.store.versions import IncompleteVersion, TableVersion
 
 VERSION_METADATA = (*records.METADATA_FILES, records.MANIFEST)
-KNOWN_TABLES = 4096  # tables whose latest version a reader keeps (the least recently used forgotten first)
+# tables whose latest version a reader keeps, and the data files they may list in all (a file entry is a few hundred
+# bytes): past either, the least recently used are forgotten first
+KNOWN_TABLES = 4096
+KNOWN_FILES = 200_000
 
 
 class VersionReader:
@@ -37,7 +40,8 @@ class VersionReader:
         self._names = names
         self._lock = threading.Lock()
         self._known: OrderedDict[str, TableVersion] = OrderedDict()
-        self._named: dict[str, tuple[int, float]] = {}  # prefix → (version, commit time) its `_latest` named
+        self._known_files = 0
+        self._named: OrderedDict[str, tuple[int, float]] = OrderedDict()  # prefix → (version, commit time) of `_latest`
 
     def latest_version_number(self, prefix: str) -> int:
         n, at = 0, None
@@ -54,6 +58,9 @@ class VersionReader:
         with self._lock:
             if n == named and isinstance(at, float):
                 self._named[prefix] = (n, at)
+                self._named.move_to_end(prefix)
+                while len(self._named) > KNOWN_TABLES:
+                    self._named.popitem(last=False)
             else:
                 self._named.pop(prefix, None)
         return n
@@ -62,16 +69,18 @@ class VersionReader:
         """`version` (just committed by this process, or loaded complete) as its table's latest known version: it
         must be the version as `version_of` builds it from its metadata documents."""
         with self._lock:
+            replaced = self._known.pop(version.prefix, None)
+            self._known_files += len(version.files) - (len(replaced.files) if replaced is not None else 0)
             self._known[version.prefix] = version
-            self._known.move_to_end(version.prefix)
-            while len(self._known) > KNOWN_TABLES:
-                forgotten, _ = self._known.popitem(last=False)
-                self._named.pop(forgotten, None)
+            while len(self._known) > KNOWN_TABLES or (self._known_files > KNOWN_FILES and len(self._known) > 1):
+                _, forgotten = self._known.popitem(last=False)
+                self._known_files -= len(forgotten.files)
 
     def forget(self, prefix: str) -> None:
         """A table dropped by this process: nothing of it is known any more."""
         with self._lock:
-            self._known.pop(prefix, None)
+            forgotten = self._known.pop(prefix, None)
+            self._known_files -= len(forgotten.files) if forgotten is not None else 0
             self._named.pop(prefix, None)
 
     def _known_version(self, prefix: str, n: int) -> TableVersion | None:

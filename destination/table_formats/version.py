@@ -34,8 +34,8 @@ class ChangeDataFile:
 @dataclass(frozen=True)
 class FormatLog:
     """One listing of a format's metadata for a table: the records versions it holds an entry for (ascending) and
-    the names listed, handed from the check of how far the format is to the commit on top of it (on S3 a listing
-    is a round trip; a small sync's commit no longer lists the folder twice)."""
+    the names listed (Delta's log; Iceberg needs only the versions), handed from the check of how far the format
+    is to the commit on top of it (on S3 a listing is a round trip; a small sync's commit no longer lists twice)."""
 
     versions: tuple[int, ...]
     names: tuple[str, ...]

@@ -29,6 +29,8 @@ from destination.shared.errors import DestinationError, StorageError, StorageUna
 from destination.shared.storage.base import ObjectInfo, Storage, StorageSpec, reason
 
 T = TypeVar("T")
+# a response's body broken off while it was read (botocore's retries cover the request, not reading its body)
+_BODY_BROKEN = (botocore.exceptions.IncompleteReadError, botocore.exceptions.ResponseStreamingError)
 WHOLE_READ_BYTES = 8 << 20  # a data file up to this size (a small sync's) is read in one request
 _HINTS = {
     "NoSuchBucket": "the bucket does not exist; create it or fix `root`",
@@ -147,7 +149,7 @@ class S3Storage(Storage):
         if isinstance(exc, botocore.exceptions.SSLError):
             return StorageError(f"S3 endpoint {self._endpoint} failed the TLS handshake ({what}): the endpoint does "
                                 "not speak HTTPS (use http://) or its certificate is not trusted; check `s3_endpoint`")
-        if isinstance(exc, (botocore.exceptions.ConnectionError, botocore.exceptions.HTTPClientError)):
+        if isinstance(exc, (botocore.exceptions.ConnectionError, botocore.exceptions.HTTPClientError, *_BODY_BROKEN)):
             return StorageUnavailable(f"S3 endpoint {self._endpoint or 'AWS'} did not answer {attempts} ({what}): "
                                       f"{type(exc).__name__}; if this persists, check `s3_endpoint`")
         if isinstance(exc, botocore.exceptions.NoCredentialsError):
@@ -166,14 +168,20 @@ class S3Storage(Storage):
 
     def read_bytes(self, path: str) -> bytes:
         key = self._key(path)
-        try:
-            return self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
-        except botocore.exceptions.ClientError as exc:
-            if self._is_missing(exc):
-                raise FileNotFoundError(path) from None
-            raise self._error(f"read of {key!r}", exc) from None
-        except botocore.exceptions.BotoCoreError as exc:
-            raise self._error(f"read of {key!r}", exc) from None
+        attempts = retry_attempts(self.spec)
+        for attempt in range(1, attempts + 1):
+            try:
+                return self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+            except botocore.exceptions.ClientError as exc:
+                if self._is_missing(exc):
+                    raise FileNotFoundError(path) from None
+                raise self._error(f"read of {key!r}", exc) from None
+            except _BODY_BROKEN as exc:  # botocore retries a request, not the reading of its body: the GET again
+                if attempt == attempts:
+                    raise self._error(f"read of {key!r}", exc) from None
+            except botocore.exceptions.BotoCoreError as exc:
+                raise self._error(f"read of {key!r}", exc) from None
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     @contextmanager
     def open_input(self, path: str, size: int | None = None) -> Iterator[pa.NativeFile]:
