@@ -126,7 +126,7 @@ def test_a_sequence_of_versions_reads_back_in_every_reader_and_travels_in_time(s
     ]
     for version in versions:
         DELTA.commit(storage, PREFIX, version, oldest_retained=1)
-        assert DELTA.last_version(storage, PREFIX) == version.version
+        assert DELTA.log(storage, PREFIX).last == version.version
         assert_all_read(storage, version)
     for version in versions:
         assert_all_read(storage, version, travel=True)
@@ -219,7 +219,7 @@ def test_committing_a_version_the_log_holds_does_nothing(storage: Storage) -> No
     DELTA.commit(storage, PREFIX, lake(1, TABLE, [], at=T0 + 99), oldest_retained=1)
 
     assert {path.path: storage.read_bytes(path.path) for path in storage.list_recursive(f"{PREFIX}/{LOG}")} == log
-    assert DELTA.last_version(storage, PREFIX) == 2
+    assert DELTA.log(storage, PREFIX).last == 2
     assert read_deltalake(storage) == expected(storage, lake(2, TABLE, [a, b]))
 
 
@@ -273,7 +273,7 @@ def test_a_log_losing_its_checkpoints_is_not_committed_on_from_the_kept_state(st
 
 
 def test_a_first_entry_after_version_one_and_a_gap_read_back_in_every_reader(storage: Storage) -> None:
-    assert DELTA.last_version(storage, PREFIX) is None
+    assert DELTA.log(storage, PREFIX).last is None
     a = data_file(storage, 5, TABLE, rows_of(TABLE, [1, 2], "a"))
     b = data_file(storage, 6, TABLE, rows_of(TABLE, [3], "b"))
     first = lake(7, TABLE, [a, b])  # records versions 1..6 retired before the format was on

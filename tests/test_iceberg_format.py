@@ -228,7 +228,7 @@ def test_commit_is_idempotent_and_a_losing_writer_leaves_nothing(tmp_path: Path)
     lake = Lake(storage)
     first = lake.write(7, BASE, _rows(range(0, 3)))
     lake.commit(7, BASE, [first], oldest_retained=7)  # the table's records history starts at 7
-    assert lake.format.last_version(storage, PREFIX) == 7
+    assert lake.format.log(storage, PREFIX).last == 7
     metadata_dir = tmp_path / "root" / PREFIX / "metadata"
     before = {p.name: p.read_bytes() for p in metadata_dir.iterdir()}
     lake.commit(7, BASE, [first], oldest_retained=7)  # again: nothing changes
@@ -249,7 +249,7 @@ def test_commit_is_idempotent_and_a_losing_writer_leaves_nothing(tmp_path: Path)
 
     # a hint left behind by a crash between the commit point and the hint's move is moved forward
     (metadata_dir / "version-hint.text").write_text("7")
-    assert lake.format.last_version(storage, PREFIX) == 10
+    assert lake.format.log(storage, PREFIX).last == 10
     assert (metadata_dir / "version-hint.text").read_text() == "10"
 
 

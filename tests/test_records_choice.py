@@ -11,7 +11,7 @@ from destination.catalogs.catalog_settings import catalog_settings
 from destination.catalogs.kinds import check_store_options
 from destination.rpc.configuration import configuration_form, unknown_fields_message
 from destination.shared.errors import BadRequest, UserActionRequired
-from destination.shared.on_disk.options import formats_of_table, store_options
+from destination.shared.on_disk.options import describes, store_options
 from destination.shared.records_formats.choice import RecordsChoice, records_choice
 from destination.shared.table_model import ColumnDef, TableDef
 
@@ -85,8 +85,8 @@ def test_the_form_offers_the_formats_and_shows_the_variant_and_hints_for_delimit
 
 def test_table_formats_apply_where_the_format_allows_and_a_catalog_needs_a_format_with_iceberg() -> None:
     both = ("delta", "iceberg")
-    assert formats_of_table(both, "parquet") == both and formats_of_table(both, "") == both
-    assert formats_of_table(both, "avro") == ("iceberg",) and formats_of_table(both, "delimited") == ()
+    for records_format, described in (("parquet", both), ("", both), ("avro", ("iceberg",)), ("delimited", ())):
+        assert tuple(f for f in both if describes(f, records_format)) == described
     sql = catalog_settings({"catalog": "sql", "catalog_uri": "sqlite:///c.db"})
     with pytest.raises(UserActionRequired, match=r"'catalog'.*records_format 'delimited' have no Iceberg"):
         check_store_options(sql, store_options(CSV_ISO, is_s3=False))

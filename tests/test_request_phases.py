@@ -121,9 +121,6 @@ class _SleepingFormat:
     def log(self, storage: object, prefix: str) -> FormatLog:
         return FormatLog((), ())
 
-    def last_version(self, storage: object, prefix: str) -> int | None:
-        return None
-
     def commit(self, storage: object, prefix: str, version: object, oldest_retained: int,
                log: FormatLog | None = None) -> None:
         import time

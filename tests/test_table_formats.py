@@ -223,7 +223,7 @@ def test_a_format_a_later_version_applies_to_is_not_removed_by_a_writer_behind(s
     lake_store(storage, fault=move_back).write(SCHEMA, "events", in_avro)  # version 3 (Avro); 4 (Parquet) meanwhile
 
     assert TableStore(storage).latest_version_number(prefix) == 4
-    assert DeltaFormat().last_version(storage, prefix) == 4
+    assert DeltaFormat().log(storage, prefix).last == 4
     assert sorted(delta_rs(storage.spec, storage.url(prefix)).column("id").to_pylist()) == [0, 1, 2, 20, 21, 22]
 
 

@@ -292,7 +292,9 @@ def test_retention_tells_committed_versions_from_leftovers_by_their_commit_recor
 def test_a_kept_latest_version_is_used_only_while_latest_names_it(storage: Storage) -> None:
     """A store keeps the latest version it loaded or committed (committed versions never change) and serves it
     again while `_latest` names that very version: after another process drops the table and creates it again up
-    to the same version number, with another definition, the first store reads the new one."""
+    to the same version number, with another definition, the first store reads the new one. (Here the kept
+    version's files are gone too, so its listing alone would catch it; the commit time is what tells the two
+    apart where the files would not.)"""
     mine, other = TableStore(storage), TableStore(storage)
     mine.write(SCHEMA, "events", lambda base, target: PendingVersion(TABLE, [], [], {"kind": "create"}))
     mine.write(SCHEMA, "events", appender(storage, 1))

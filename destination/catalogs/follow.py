@@ -55,7 +55,7 @@ def named_version(location: str | None, storage: Storage, prefix: str) -> int | 
 def point_entry(registry: Registry, storage: Storage, prefix: str, schema: str, table: TableDef) -> int | None:
     """Move the table's entry to the newest Iceberg metadata file, or register it; never back to an older one (a
     writer ahead moved it). Returns the version the entry names afterwards (None: no metadata file yet)."""
-    last = IcebergFormat().last_version(storage, prefix)
+    last = IcebergFormat().log(storage, prefix).last
     if last is None:
         return None
     catalog = registry.catalog

@@ -45,7 +45,7 @@ def catch_up_root(storage: Storage, catalog: CatalogSettings, lock: Lock, stoppi
                 if latest is None:
                     continue
                 followed = tuple(fmt.name for fmt in formats_named(TABLE_FORMATS)
-                                 if fmt.last_version(storage, latest.prefix) is not None)
+                                 if fmt.log(storage, latest.prefix).last is not None)
                 hook = follow_hook(followed, catalog)
                 if hook is not None:
                     hook(store, latest.prefix, latest, oldest_retained(store, latest.prefix, latest.version))

@@ -83,7 +83,7 @@ def reformat_command(storage: Storage, name: str, fields: dict[str, str], format
     _check_dropping(storage, prefix, registry, current, new.stored_format, dropped, drop_table_formats)
     # a format the table has is followed too, whatever `formats` says: kept up with the move where it describes the
     # new files (else it would go on describing the version before), removed where it does not
-    has = {fmt.name for fmt in formats_named(TABLE_FORMATS) if fmt.last_version(storage, prefix) is not None}
+    has = {fmt.name for fmt in formats_named(TABLE_FORMATS) if fmt.log(storage, prefix).last is not None}
     followed = tuple(f for f in TABLE_FORMATS if f in formats or f in dropped or f in has)
     store = TableStore(storage, KEEP_EVERY_VERSION, layout=_layout(probe, prefix, current),
                        follow=follow_hook(followed, catalog or CatalogSettings()))
@@ -108,7 +108,7 @@ def _check_dropping(storage: Storage, prefix: str, registry: Registry | None, cu
     then fail."""
     table = f"{current.schema}.{current.table.name}"
     found = [f"{fmt.name} ({', '.join(f + '/' for f in fmt.folders)})" for fmt in formats_named(dropped)
-             if fmt.last_version(storage, prefix) is not None]
+             if fmt.log(storage, prefix).last is not None]
     if (ICEBERG in dropped and registry is not None
             and registry.catalog.location(*registry.names(current.schema, current.table.name))):
         found.append(f"the {registry.catalog.described} entry")

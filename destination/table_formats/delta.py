@@ -170,9 +170,6 @@ class DeltaFormat:
         names = _log_names(storage, prefix)
         return FormatLog(tuple(_commit_versions(names)), tuple(names))
 
-    def last_version(self, storage: Storage, prefix: str) -> int | None:
-        return self.log(storage, prefix).last
-
     def commit(self, storage: Storage, prefix: str, version: LakeVersion, oldest_retained: int,
                log: FormatLog | None = None) -> None:
         listed = self.log(storage, prefix) if log is None else log

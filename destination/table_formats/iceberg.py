@@ -174,9 +174,6 @@ class IcebergFormat:
             _move_hint(storage, prefix, versions[-1])
         return FormatLog(tuple(versions), ())
 
-    def last_version(self, storage: Storage, prefix: str) -> int | None:
-        return self.log(storage, prefix).last
-
     def commit(self, storage: Storage, prefix: str, version: LakeVersion, oldest_retained: int,
                log: FormatLog | None = None) -> None:
         versions = list(log.versions) if log is not None else _metadata_versions(storage, prefix)

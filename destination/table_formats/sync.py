@@ -169,7 +169,7 @@ def _remove_stale(storage: Storage, prefix: str, fmt: TableFormat, latest: Table
     """A table moved to another records format (`records-destination reformat`) keeps no metadata of a format that
     does not describe its files: readers of it fail instead of reading the rows of the last version it described. The move
     removes it; here it is removed when the move stopped before (the next commit, request or `formats` run)."""
-    if fmt.last_version(storage, prefix) is None:
+    if fmt.log(storage, prefix).last is None:
         return
     for folder in fmt.folders:
         storage.delete_prefix(f"{prefix}/{folder}")

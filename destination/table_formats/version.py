@@ -69,10 +69,8 @@ class TableFormat(Protocol):
     reads_change_data: bool  # whether `commit` uses `version.change_data` (written for it only then)
 
     def log(self, storage: Storage, prefix: str) -> FormatLog:
-        """The format's entries for the table at `prefix`, from one listing."""
-
-    def last_version(self, storage: Storage, prefix: str) -> int | None:
-        """The records version of the format's latest entry for the table at `prefix`; None: none yet."""
+        """The format's entries for the table at `prefix`, from one listing (`.last`: the records version of its
+        latest entry; None: none yet)."""
 
     def commit(self, storage: Storage, prefix: str, version: LakeVersion, oldest_retained: int,
                log: FormatLog | None = None) -> None:

@@ -72,11 +72,6 @@ def store_options(configuration: dict[str, str], is_s3: bool) -> StoreOptions:
     return StoreOptions(layout, Retention(keep, age), table_formats(configuration), records_choice(configuration))
 
 
-def formats_of_table(formats: tuple[str, ...], records_format: str) -> tuple[str, ...]:
-    """The configured table formats that a table of `records_format` gets."""
-    return tuple(f for f in formats if describes(f, records_format))
-
-
 def describes(table_format: str, records_format: str) -> bool:
     """Whether the table format (delta, iceberg) describes data files of `records_format`."""
     return table_format in APPLIES.get(records_format or PARQUET, TABLE_FORMATS)
