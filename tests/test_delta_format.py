@@ -234,7 +234,7 @@ def test_a_log_another_writer_replaced_is_diffed_as_it_stands_not_as_this_proces
     b = data_file(storage, 2, TABLE, rows_of(TABLE, [2], "b"))
     DELTA.commit(storage, PREFIX, lake(1, TABLE, [a]), oldest_retained=1)
     DELTA.commit(storage, PREFIX, lake(2, TABLE, [a, b]), oldest_retained=1)
-    old_table_state = delta._LAST_COMMITS.state(storage, PREFIX, 2, storage.list_children(f"{PREFIX}/{LOG}"))
+    old_table_state = delta._kept_state(storage, PREFIX, 2, storage.list_children(f"{PREFIX}/{LOG}"))
     assert old_table_state is not None and set(old_table_state.files) == {a.path, b.path}
 
     storage.delete_prefix(PREFIX)  # dropped; made again with other rows
@@ -243,7 +243,7 @@ def test_a_log_another_writer_replaced_is_diffed_as_it_stands_not_as_this_proces
     DELTA.commit(storage, PREFIX, lake(1, TABLE, [c], at=T0 + 50), oldest_retained=1)
     DELTA.commit(storage, PREFIX, lake(2, TABLE, [c, d], at=T0 + 51), oldest_retained=1)
     body = storage.read_bytes(f"{PREFIX}/{LOG}/{2:020d}.json")
-    delta._LAST_COMMITS.keep(storage, PREFIX, b"not the file the log holds" + body, old_table_state)
+    delta._LAST_COMMITS.keep(storage.url(PREFIX), 2, b"not the file the log holds" + body, old_table_state)
 
     e = data_file(storage, 3, TABLE, rows_of(TABLE, [5], "e"))
     third = lake(3, TABLE, [c, e], at=T0 + 52)

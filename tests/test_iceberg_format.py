@@ -3,6 +3,7 @@ polars, on local disk and on S3, compared row for row with the Parquet data file
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import uuid
 from dataclasses import replace
@@ -16,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyiceberg.io.pyarrow import UnsupportedPyArrowTypeException
+from pyiceberg.manifest import ManifestEntryStatus
 from pyiceberg.table import StaticTable
 
 from destination.shared.field_ids import assign
@@ -294,6 +296,82 @@ def test_cost_stays_bounded_over_many_versions(storage: Storage) -> None:
     assert snapshot is not None and len(snapshot.manifests(table.io)) == 1
     assert len(table.snapshots()) == 5
     assert len(list(storage.list_starting_with(f"{PREFIX}/metadata/"))) == 5 * 3 + 1  # + the hint
+
+
+def _entries_read_back(lake: Lake) -> list[tuple[Any, ...]]:
+    """The current snapshot's live manifest entries as pyiceberg reads them from the files."""
+    table = static_table(lake)
+    snapshot = table.current_snapshot()
+    entries = [e for m in (snapshot.manifests(table.io) if snapshot else [])
+               for e in m.fetch_manifest_entry(table.io, discard_deleted=True)]
+    return sorted(_entry_fields(e) for e in entries)
+
+
+def _entry_fields(entry: Any) -> tuple[Any, ...]:
+    f = entry.data_file
+    return (f.file_path, entry.status, entry.snapshot_id, entry.sequence_number, entry.file_sequence_number,
+            f.record_count, f.file_size_in_bytes, f.spec_id, sorted(f.value_counts.items()),
+            sorted(f.null_value_counts.items()), sorted(f.lower_bounds.items()), sorted(f.upper_bounds.items()),
+            sorted(f.column_sizes.items()))
+
+
+def test_the_state_kept_after_a_commit_is_the_table_as_its_readers_find_it(storage: Storage) -> None:
+    """The next commit builds on what this process kept after its last one instead of reading the metadata file,
+    manifest list and manifest back: what it keeps is what pyiceberg reads from those files, version after version
+    (files added, carried, removed; a schema change; an empty version; snapshots retired)."""
+    from pyiceberg.table.metadata import TableMetadataUtil
+
+    from destination.table_formats import iceberg
+
+    lake = Lake(storage)
+    a, b = lake.write(1, BASE, _rows(range(0, 5))), lake.write(1, BASE, _rows(range(5, 9)))
+    c = lake.write(3, BASE, _rows(range(9, 12)))
+    d = lake.write(4, WITH_NOTE, _rows(range(0, 12), note=True))
+    steps = [(1, BASE, [a, b], 1), (2, BASE, [a, b], 1), (3, BASE, [a, c], 1), (4, WITH_NOTE, [d], 2),
+             (5, WITH_NOTE, [], 3), (6, WITH_NOTE, [d], 5)]
+    for number, table, files, oldest in steps:
+        lake.commit(number, table, files, oldest_retained=oldest)
+        newest = f"{PREFIX}/metadata/v{number}.metadata.json"
+        kept = iceberg._LAST_COMMITS.state(lake.location, number, functools.partial(storage.read_bytes, newest))
+        body = storage.read_bytes(newest)
+        assert kept is not None, number
+        assert sorted(_entry_fields(e) for e in kept.live) == _entries_read_back(lake), number
+        assert kept.metadata == TableMetadataUtil.parse_raw(body.decode()), number
+    assert _sorted(static_table(lake).scan().to_arrow().to_pylist()) == lake.expected(6, [*WITH_NOTE.column_names,
+                                                                                          DESTINATION_META])
+
+
+def test_a_table_another_writer_replaced_is_built_on_as_it_stands_not_as_this_process_left_it(
+        storage: Storage) -> None:
+    """The kept state is used only while the newest metadata file is the very file this process wrote: here the
+    table was dropped and made again elsewhere (same folder, same versions) while this process still holds the old
+    table's state for version 2 (put back by hand, as another process's work leaves it). Built on that, version 3
+    would carry files the table no longer has."""
+    from destination.table_formats import iceberg
+
+    lake = Lake(storage)
+    a, b = lake.write(1, BASE, _rows(range(0, 2))), lake.write(2, BASE, _rows(range(2, 4)))
+    lake.commit(1, BASE, [a])
+    lake.commit(2, BASE, [a, b])
+    old_body = storage.read_bytes(f"{PREFIX}/metadata/v2.metadata.json")
+    old_state = iceberg._LAST_COMMITS.state(lake.location, 2, lambda: old_body)
+    assert old_state is not None and len(old_state.live) == 2
+
+    storage.delete_prefix(PREFIX)  # dropped; made again with other rows
+    c, d = lake.write(1, BASE, _rows(range(10, 12))), lake.write(2, BASE, _rows(range(12, 14)))
+    lake.commit(1, BASE, [c])
+    lake.commit(2, BASE, [c, d])
+    iceberg._LAST_COMMITS.keep(lake.location, 2, old_body, old_state)
+    e = lake.write(3, BASE, _rows(range(14, 16)))
+    lake.commit(3, BASE, [c, e])
+
+    names = [*BASE.column_names, DESTINATION_META]
+    table = static_table(lake)
+    assert _sorted(table.scan().to_arrow().to_pylist()) == lake.expected(3, names)
+    assert _sorted(table.scan(snapshot_id=2).to_arrow().to_pylist()) == lake.expected(2, names)  # the new table's
+    live = {row[0]: row[1:4] for row in _entries_read_back(lake)}
+    assert live == {f"{lake.location}/{c.path}": (ManifestEntryStatus.EXISTING, 1, 1),  # carried from snapshot 1
+                    f"{lake.location}/{e.path}": (ManifestEntryStatus.ADDED, 3, 3)}
 
 
 def test_registers_in_a_sql_catalog(tmp_path: Path) -> None:

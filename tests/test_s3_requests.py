@@ -3,7 +3,7 @@ a small sync's cost on S3 is its round trips (docs/BENCHMARKS.md, the fleet), so
 gone. A new small data file is one PUT (not a multipart upload's three requests) and its size is the bytes written
 (no HEAD); a stored small data file is read with one GET (not a HEAD and ranged GETs); each table format lists its
 folder once per commit; the version the last sync committed is the next one's base without reading its metadata
-documents again."""
+documents again, and Iceberg's next snapshot is built without reading the last one's manifests back."""
 from __future__ import annotations
 
 import re
@@ -68,6 +68,8 @@ def test_a_small_sync_writes_and_reads_each_data_file_in_one_request(stub, proxy
     iceberg = [path for path in listed if "%2Fmetadata%2Fv&" in path]  # Iceberg's metadata files
     assert len(delta) == 1 and len(iceberg) == 1, (delta, iceberg)  # each format's entries listed once
 
+    # Iceberg builds on the snapshot this process committed last: its manifest list and manifest are not read back
+    assert not [r for r in sync if r[0] == "GET" and re.search(r"/metadata/[^/?]+\.avro$", r[1])], sync
     # the base is the version the first sync committed: its definition and file list are known, not read again
     assert not [r for r in sync if re.search(r"/v\d+/_(table|files)\.json$", r[1]) and r[0] == "GET"], sync
 

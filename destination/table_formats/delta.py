@@ -65,9 +65,7 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import uuid
-from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -79,6 +77,7 @@ from destination.shared.on_disk.layout import parse_version_dir
 from destination.shared.storage.base import Storage, StorageSpec
 from destination.shared.table_model import DESTINATION_META, ColumnDef, TableDef
 from destination.shared.type_mapping import decimal_storage
+from destination.table_formats.last_commits import LastCommits
 from destination.table_formats.version import DELTA, FormatLog, LakeVersion, left_out_text
 
 LOG = "_delta_log"
@@ -176,7 +175,7 @@ class DeltaFormat:
         names, commits = list(listed.names), list(listed.versions)
         number = version.version
         if not commits or commits[-1] < number:  # else: the log holds it already
-            previous = _LAST_COMMITS.state(storage, prefix, commits[-1], names) if commits else None
+            previous = _kept_state(storage, prefix, commits[-1], names) if commits else None
             if commits and previous is None:
                 previous = _load_state(storage, prefix, commits[-1])
             fillers = range(commits[-1] + 1, number) if commits else range(0)
@@ -185,9 +184,9 @@ class DeltaFormat:
             body, state = _commit_json(version, previous)
             # a writer losing the race for version N finds it there and leaves it as it is
             if storage.create_exclusive(_commit_path(prefix, number), body) and not fillers:
-                _LAST_COMMITS.keep(storage, prefix, body, state)
+                _LAST_COMMITS.keep(storage.url(prefix), number, body, state)
             else:
-                _LAST_COMMITS.forget(storage, prefix)
+                _LAST_COMMITS.forget(storage.url(prefix))
             names = [*names, *(f"{v:020d}.json" for v in (*fillers, number))]
             if previous is None or number % CHECKPOINT_INTERVAL == 0:
                 _checkpoint(storage, prefix, number)  # the first: a log starting at K needs no 0..K-1
@@ -196,49 +195,17 @@ class DeltaFormat:
         _retire(storage, prefix, names, oldest_retained)
 
 
-class _LastCommits:
-    """The state after the last commit this process wrote to each table's log, so that the next commit diffs
-    against it instead of opening the log with delta-rs (its checkpoint and commits: about 10 ms locally and several
-    requests on S3 for every small sync). A kept state is used only while the log's newest commit is still the very
-    file it was kept with (same number, same bytes: another writer's commit, or a table dropped and created again,
-    makes it unused). At most MAX_TABLES tables, the least recently committed forgotten first."""
-
-    MAX_TABLES = 1024
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._kept: OrderedDict[str, tuple[bytes, _State]] = OrderedDict()
-
-    def state(self, storage: Storage, prefix: str, newest: int, names: list[str]) -> _State | None:
-        """The kept state of the log whose files are `names` (listed just now), when its newest commit `newest` is
-        the file it was kept with and a checkpoint at or before it is still there (a log being deleted by another
-        process, keys in order, loses its checkpoints before its newest commit: delta-rs then reads what is left
-        and fails, rather than this process committing on top of it)."""
-        with self._lock:
-            kept = self._kept.get(storage.url(prefix))
-        if kept is None or kept[1].version != newest:
-            return None
-        if not any((m := _CHECKPOINT.match(name)) and int(m.group(1)) <= newest for name in names):
-            return None
-        try:
-            same = storage.read_bytes(_commit_path(prefix, newest)) == kept[0]
-        except FileNotFoundError:
-            same = False
-        return kept[1] if same else None
-
-    def keep(self, storage: Storage, prefix: str, body: bytes, state: _State) -> None:
-        with self._lock:
-            self._kept[storage.url(prefix)] = (body, state)
-            self._kept.move_to_end(storage.url(prefix))
-            while len(self._kept) > self.MAX_TABLES:
-                self._kept.popitem(last=False)
-
-    def forget(self, storage: Storage, prefix: str) -> None:
-        with self._lock:
-            self._kept.pop(storage.url(prefix), None)
+def _kept_state(storage: Storage, prefix: str, newest: int, names: list[str]) -> _State | None:
+    """The state this process kept after writing the log's newest commit `newest` (destination/table_formats/
+    last_commits.py), while a checkpoint at or before it is still there among `names` (listed just now): a log being
+    deleted by another process, keys in order, loses its checkpoints before its newest commit, and delta-rs then
+    reads what is left and fails, rather than this process committing on top of it."""
+    if not any((m := _CHECKPOINT.match(name)) and int(m.group(1)) <= newest for name in names):
+        return None
+    return _LAST_COMMITS.state(storage.url(prefix), newest, lambda: storage.read_bytes(_commit_path(prefix, newest)))
 
 
-_LAST_COMMITS = _LastCommits()
+_LAST_COMMITS: LastCommits[_State] = LastCommits()  # instead of opening the log with delta-rs: about 10 ms locally
 
 
 def _commit_json(version: LakeVersion, previous: _State | None) -> tuple[bytes, _State]:

@@ -1,0 +1,48 @@
+"""What this process committed last to each table's Delta log or Iceberg metadata, so that the table's next commit
+builds on it instead of reading the format's files back (delta-rs opening the log; pyiceberg parsing the metadata
+file and reading its manifest list and manifest): milliseconds of CPU and several requests on S3 for every small
+sync. A kept state is used only while the format's newest entry is still the very file it was kept with, same
+number and same bytes: another writer's commit, or a table dropped and made again, leaves it unused."""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+S = TypeVar("S")
+
+
+class LastCommits(Generic[S]):
+    """One format's kept states, by the table folder's URL: at most `max_tables` tables, the least recently
+    committed forgotten first."""
+
+    def __init__(self, max_tables: int = 1024) -> None:
+        self._lock = threading.Lock()
+        self._kept: OrderedDict[str, tuple[int, bytes, S]] = OrderedDict()
+        self._max_tables = max_tables
+
+    def state(self, table: str, newest: int, read_newest: Callable[[], bytes]) -> S | None:
+        """The state kept for `table` when its newest entry, number `newest`, is the file it was kept with;
+        `read_newest` reads that file's bytes (only called when a state of that number is kept)."""
+        with self._lock:
+            kept = self._kept.get(table)
+        if kept is None or kept[0] != newest:
+            return None
+        try:
+            same = read_newest() == kept[1]
+        except FileNotFoundError:
+            return None
+        return kept[2] if same else None
+
+    def keep(self, table: str, number: int, body: bytes, state: S) -> None:
+        """Entry `number` of `table` was just committed as the file `body`; `state` is the table after it."""
+        with self._lock:
+            self._kept[table] = (number, body, state)
+            self._kept.move_to_end(table)
+            while len(self._kept) > self._max_tables:
+                self._kept.popitem(last=False)
+
+    def forget(self, table: str) -> None:
+        with self._lock:
+            self._kept.pop(table, None)
