@@ -48,13 +48,6 @@ def failure_of(exc: BaseException) -> TaskFailure:
 _modules_at_freeze = 0  # how many modules this worker process had loaded when it last froze its heap
 
 
-def after_task() -> None:
-    """What a reused Python worker does between tasks: give back the memory the task freed, and keep the
-    collection PySpark's daemon runs after every task cheap."""
-    release_memory()
-    freeze_loaded_modules()
-
-
 def release_memory() -> None:
     """Give the memory a finished task freed back to the system: Arrow's allocator keeps it otherwise, and a
     reused Python worker would carry it into the next task (two workers' leftovers added to the server's peak)."""
@@ -68,7 +61,8 @@ def freeze_loaded_modules() -> None:
     put the collector at about three fifths of the workers' CPU). When a task has loaded modules, the heap as it
     stands is moved out of the collector's sight (`gc.freeze`): module objects live as long as the worker does.
     The collection before it keeps garbage out of the frozen set (frozen objects are still freed by their
-    reference counts; only a cycle among them would never be)."""
+    reference counts; only a cycle among them would never be). Called as a task starts: nothing of the previous
+    task is alive then (its result, its error and the frames that raised it are gone), only this task's inputs."""
     global _modules_at_freeze
     if len(sys.modules) == _modules_at_freeze:
         return
@@ -81,29 +75,32 @@ def run_unit(task: Callable[[JobContext, U], R], ctx: JobContext,
              item: tuple[int, U]) -> tuple[int, R | TaskFailure]:
     """One unit (with its index, so results can be put back in unit order)."""
     index, unit = item
+    freeze_loaded_modules()
     try:
         return index, task(ctx, unit)
     except Exception as exc:  # every failure crosses the boundary as a value
         return index, failure_of(exc)
     finally:
-        after_task()
+        release_memory()
 
 
 def map_unit(task: Callable[[JobContext, U], Iterable[tuple[int, P]]], ctx: JobContext,
              unit: U) -> Iterator[tuple[int, P | TaskFailure]]:
     """The map side of a shuffled job: a failure travels under the key of the first reduce partition (0), so the
     driver sees it among that partition's results."""
+    freeze_loaded_modules()
     try:
         yield from task(ctx, unit)
     except Exception as exc:  # every failure crosses the boundary as a value
         yield 0, failure_of(exc)
     finally:
-        after_task()
+        release_memory()
 
 
 def reduce_partition(task: Callable[[JobContext, int, list[P]], R], ctx: JobContext,
                      pairs: Iterator[tuple[int, P | TaskFailure]]) -> Iterator[tuple[int, R | TaskFailure]]:
     """The reduce side: each key's payloads, reduced by `task`; a failure from the map side is passed on."""
+    freeze_loaded_modules()
     grouped: dict[int, list[P]] = {}
     for key, payload in pairs:
         if isinstance(payload, TaskFailure):
@@ -116,4 +113,4 @@ def reduce_partition(task: Callable[[JobContext, int, list[P]], R], ctx: JobCont
         except Exception as exc:  # every failure crosses the boundary as a value
             yield key, failure_of(exc)
         finally:
-            after_task()
+            release_memory()

@@ -309,10 +309,10 @@ def _entries_read_back(lake: Lake) -> list[tuple[Any, ...]]:
 
 def _entry_fields(entry: Any) -> tuple[Any, ...]:
     f = entry.data_file
+    maps = (f.column_sizes, f.value_counts, f.null_value_counts, f.nan_value_counts, f.lower_bounds, f.upper_bounds)
     return (f.file_path, entry.status, entry.snapshot_id, entry.sequence_number, entry.file_sequence_number,
-            f.record_count, f.file_size_in_bytes, f.spec_id, sorted(f.value_counts.items()),
-            sorted(f.null_value_counts.items()), sorted(f.lower_bounds.items()), sorted(f.upper_bounds.items()),
-            sorted(f.column_sizes.items()))
+            f.content, f.file_format, f.record_count, f.file_size_in_bytes, f.spec_id, f.split_offsets,
+            f.sort_order_id, *(sorted(m.items()) if m is not None else None for m in maps))
 
 
 def test_the_state_kept_after_a_commit_is_the_table_as_its_readers_find_it(storage: Storage) -> None:
@@ -339,6 +339,23 @@ def test_the_state_kept_after_a_commit_is_the_table_as_its_readers_find_it(stora
         assert kept.metadata == TableMetadataUtil.parse_raw(body.decode()), number
     assert _sorted(static_table(lake).scan().to_arrow().to_pylist()) == lake.expected(6, [*WITH_NOTE.column_names,
                                                                                           DESTINATION_META])
+
+
+def test_a_folder_being_deleted_is_not_committed_on_from_the_kept_state(storage: Storage) -> None:
+    """Another process deleting the metadata folder (a move to a format without Iceberg, a rebuild) has removed the
+    last snapshot's manifest list but not yet its metadata file, still the very file this process wrote: a commit on
+    top of the kept state would make a snapshot whose history points at files that are gone, so the commit reads
+    the snapshot back as it would without one, and fails as that read does."""
+    lake = Lake(storage)
+    a, b = lake.write(1, BASE, _rows(range(0, 2))), lake.write(2, BASE, _rows(range(2, 4)))
+    lake.commit(1, BASE, [a])
+    lake.commit(2, BASE, [a, b])
+    listed = storage.list_starting_with(f"{PREFIX}/metadata/snap-2-")
+    assert len(listed) == 1
+    storage.delete(listed[0])
+    with pytest.raises(OSError):
+        lake.commit(3, BASE, [b])
+    assert lake.format.log(storage, PREFIX).last == 2  # no version 3 made on top
 
 
 def test_a_table_another_writer_replaced_is_built_on_as_it_stands_not_as_this_process_left_it(

@@ -340,3 +340,26 @@ def iceberg_ids(storage: Storage, version: TableVersion) -> dict[str, int]:
     metadata = json.loads(storage.read_bytes(f"{version.prefix}/metadata/v{version.version}.metadata.json"))
     schema = next(s for s in metadata["schemas"] if s["schema-id"] == metadata["current-schema-id"])
     return {f["name"]: f["id"] for f in schema["fields"]}
+
+
+def test_the_kept_states_stay_within_their_bounds() -> None:
+    """What a process keeps after its last commit of each table is bounded by tables and by weight (files and their
+    statistics), the least recently committed forgotten first; a state heavier than the bound is not kept."""
+    from destination.table_formats.last_commits import LastCommits
+
+    kept: LastCommits[list[str]] = LastCommits(weight=len, max_weight=5, max_tables=3)
+    kept.keep("t1", 1, b"1", ["a", "b"])
+    kept.keep("t2", 1, b"2", ["a", "b"])
+    assert kept.weight == 4 and kept.state("t1", 1, lambda: b"1") == ["a", "b"]
+    kept.keep("t3", 1, b"3", ["a", "b"])  # 6 > 5: t1, committed least recently, goes
+    assert kept.state("t1", 1, lambda: b"1") is None and kept.state("t2", 1, lambda: b"2") == ["a", "b"]
+    assert kept.weight == 4
+    kept.keep("t2", 2, b"2b", ["a"])  # a newer version of t2 replaces its state
+    assert kept.weight == 3 and kept.state("t2", 1, lambda: b"2") is None
+    kept.keep("t4", 1, b"4", list("abcdef"))  # heavier than the bound alone: not kept
+    assert kept.state("t4", 1, lambda: b"4") is None and kept.weight == 3
+    kept.keep("t5", 1, b"5", [])
+    kept.keep("t6", 1, b"6", [])  # a fourth table: the least recent (t3) goes
+    assert kept.state("t3", 1, lambda: b"3") is None and kept.state("t2", 2, lambda: b"2b") == ["a"]
+    kept.forget("t2")
+    assert kept.weight == 0

@@ -205,7 +205,8 @@ def _kept_state(storage: Storage, prefix: str, newest: int, names: list[str]) ->
     return _LAST_COMMITS.state(storage.url(prefix), newest, lambda: storage.read_bytes(_commit_path(prefix, newest)))
 
 
-_LAST_COMMITS: LastCommits[_State] = LastCommits()  # instead of opening the log with delta-rs: about 10 ms locally
+# instead of opening the log with delta-rs (about 10 ms locally); a state holds each live file's path and size
+_LAST_COMMITS: LastCommits[_State] = LastCommits(weight=lambda state: len(state.files), max_weight=200_000)
 
 
 def _commit_json(version: LakeVersion, previous: _State | None) -> tuple[bytes, _State]:

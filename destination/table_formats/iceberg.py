@@ -195,6 +195,8 @@ class IcebergFormat:
             newest = _metadata_path(prefix, versions[-1])
             read_newest = functools.cache(lambda: storage.read_bytes(newest))
             kept = _LAST_COMMITS.state(table, versions[-1], read_newest)
+            if kept is not None and not storage.all_exist(kept.needs):
+                kept = None  # its manifest list or manifest is gone (another process deleting the folder): read it
             previous = kept.metadata if kept else _parse_metadata(storage.url(newest), read_newest())
         commit = _Commit(storage, prefix, io_, version, previous, oldest_retained, kept.live if kept else None)
         metadata = commit.build()
@@ -204,7 +206,7 @@ class IcebergFormat:
             for path in commit.written:  # another writer committed this version first: its files stand
                 storage.delete(path)
             return
-        _LAST_COMMITS.keep(table, version.version, data, _Kept(metadata, commit.live))
+        _LAST_COMMITS.keep(table, version.version, data, _Kept(metadata, commit.live, tuple(commit.written)))
         _move_hint(storage, prefix, version.version)
         commit.delete_retired(versions)
         logs.info(f"iceberg: version {version.version} committed ({len(version.files)} live files, "
@@ -244,15 +246,24 @@ def _parse_metadata(url: str, body: bytes) -> TableMetadataV2:
 @dataclass(frozen=True)
 class _Kept:
     """A table after this process's last commit to it: its metadata and its snapshot's live manifest entries, as
-    pyiceberg would read them back (sequence numbers and snapshot ids filled in)."""
+    pyiceberg would read them back (sequence numbers and snapshot ids filled in). It is used while the files a
+    reader of the snapshot opens are there (`needs`: the manifest list and manifest), as reading them back would
+    fail otherwise: a process deleting the folder (a format move, a rebuild) removes them before the metadata file."""
 
     metadata: TableMetadataV2
     live: list[ManifestEntry]
+    needs: tuple[str, ...]
+
+    @property
+    def statistics(self) -> int:
+        """What the entries hold: each file's statistics are a few values per column."""
+        return len(self.live) * (len(self.metadata.schema().fields) + 1)
 
 
-# the metadata file parsed and the manifest list and manifest read back by pyiceberg: about 6 ms of CPU per small
-# sync here, and two requests one after another on S3
-_LAST_COMMITS: LastCommits[_Kept] = LastCommits()
+# instead of the metadata file parsed and the manifest list and manifest read back by pyiceberg (about 6 ms of CPU
+# per small sync here, two requests one after another on S3); an entry's statistics take about 1 KB per column,
+# so the kept entries are bounded by their columns in all (about 50 MB)
+_LAST_COMMITS: LastCommits[_Kept] = LastCommits(weight=lambda kept: kept.statistics, max_weight=50_000)
 
 
 def _move_hint(storage: Storage, prefix: str, version: int) -> None:
@@ -425,7 +436,7 @@ class _Commit:
             return DataFile.from_args(
                 content=DataFileContent.DATA, file_path=url, file_format=FileFormat.AVRO, partition=Record(),
                 record_count=file.rows, file_size_in_bytes=file.bytes, sort_order_id=None,
-                spec_id=UNPARTITIONED_PARTITION_SPEC.spec_id, equality_ids=None, key_metadata=None)
+                equality_ids=None, key_metadata=None)
         import pyarrow.parquet as pq
 
         with self.storage.open_input(self.io.path_of(url), file.bytes) as source:
@@ -439,7 +450,7 @@ class _Commit:
         return DataFile.from_args(
             content=DataFileContent.DATA, file_path=url, file_format=FileFormat.PARQUET,
             partition=stats.partition(UNPARTITIONED_PARTITION_SPEC, schema), file_size_in_bytes=file.bytes,
-            sort_order_id=None, spec_id=UNPARTITIONED_PARTITION_SPEC.spec_id, equality_ids=None, key_metadata=None,
+            sort_order_id=None, equality_ids=None, key_metadata=None,
             **stats.to_serialized_dict())
 
     def _write_manifest_list(self, manifests: list[ManifestFile], parent: Snapshot | None,

@@ -14,13 +14,15 @@ S = TypeVar("S")
 
 
 class LastCommits(Generic[S]):
-    """One format's kept states, by the table folder's URL: at most `max_tables` tables, the least recently
-    committed forgotten first."""
+    """One format's kept states, by the table folder's URL, within two bounds: `max_tables` tables, and
+    `max_weight` in all by `weight` (what a state holds: its files, their statistics), the least recently committed
+    forgotten first; a state heavier than `max_weight` alone is not kept (its table reads its files back)."""
 
-    def __init__(self, max_tables: int = 1024) -> None:
+    def __init__(self, weight: Callable[[S], int], max_weight: int, max_tables: int = 1024) -> None:
         self._lock = threading.Lock()
-        self._kept: OrderedDict[str, tuple[int, bytes, S]] = OrderedDict()
-        self._max_tables = max_tables
+        self._kept: OrderedDict[str, tuple[int, bytes, S, int]] = OrderedDict()
+        self._weight, self._max_weight, self._max_tables = weight, max_weight, max_tables
+        self._total = 0
 
     def state(self, table: str, newest: int, read_newest: Callable[[], bytes]) -> S | None:
         """The state kept for `table` when its newest entry, number `newest`, is the file it was kept with;
@@ -37,12 +39,26 @@ class LastCommits(Generic[S]):
 
     def keep(self, table: str, number: int, body: bytes, state: S) -> None:
         """Entry `number` of `table` was just committed as the file `body`; `state` is the table after it."""
+        weight = self._weight(state)
         with self._lock:
-            self._kept[table] = (number, body, state)
-            self._kept.move_to_end(table)
-            while len(self._kept) > self._max_tables:
-                self._kept.popitem(last=False)
+            self._drop(table)
+            if weight > self._max_weight:
+                return
+            self._kept[table] = (number, body, state, weight)
+            self._total += weight
+            while len(self._kept) > self._max_tables or self._total > self._max_weight:
+                self._drop(next(iter(self._kept)))
 
     def forget(self, table: str) -> None:
         with self._lock:
-            self._kept.pop(table, None)
+            self._drop(table)
+
+    @property
+    def weight(self) -> int:
+        """The kept states' weight in all."""
+        return self._total
+
+    def _drop(self, table: str) -> None:
+        dropped = self._kept.pop(table, None)
+        if dropped is not None:
+            self._total -= dropped[3]

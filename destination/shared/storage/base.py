@@ -114,6 +114,17 @@ class Storage(ABC):
         on S3, not one per object); every write has ended when this returns, and the first failure is raised."""
         side_by_side("storage-writes", WRITE_THREADS, [partial(self.write_bytes, path, data) for path, data in objects])
 
+    def all_exist(self, paths: Sequence[str]) -> bool:
+        """Whether every object of `paths` exists, asked side by side (one round trip's time on S3)."""
+        missing: list[str] = []
+
+        def check(path: str) -> None:
+            if not self.exists(path):
+                missing.append(path)
+
+        side_by_side("storage-checks", WRITE_THREADS, [partial(check, path) for path in paths])
+        return not missing
+
     @contextmanager
     def probing_root(self) -> Iterator[None]:
         """Around a probe object written and deleted directly under the root: afterwards the root is as it was. Here
