@@ -316,11 +316,9 @@ def _entry_fields(entry: Any) -> tuple[Any, ...]:
 
 
 def test_the_state_kept_after_a_commit_is_the_table_as_its_readers_find_it(storage: Storage) -> None:
-    """The next commit builds on what this process kept after its last one instead of reading the metadata file,
-    manifest list and manifest back: what it keeps is what pyiceberg reads from those files, version after version
-    (files added, carried, removed; a schema change; an empty version; snapshots retired)."""
-    from pyiceberg.table.metadata import TableMetadataUtil
-
+    """The next commit builds on what this process kept after its last one instead of reading the manifest list and
+    manifest back: what it keeps is what pyiceberg reads from those files, version after version (files added,
+    carried, removed; a schema change; an empty version; snapshots retired)."""
     from destination.table_formats import iceberg
 
     lake = Lake(storage)
@@ -333,10 +331,8 @@ def test_the_state_kept_after_a_commit_is_the_table_as_its_readers_find_it(stora
         lake.commit(number, table, files, oldest_retained=oldest)
         newest = f"{PREFIX}/metadata/v{number}.metadata.json"
         kept = iceberg._LAST_COMMITS.state(lake.location, number, functools.partial(storage.read_bytes, newest))
-        body = storage.read_bytes(newest)
         assert kept is not None, number
         assert sorted(_entry_fields(e) for e in kept.live) == _entries_read_back(lake), number
-        assert kept.metadata == TableMetadataUtil.parse_raw(body.decode()), number
     assert _sorted(static_table(lake).scan().to_arrow().to_pylist()) == lake.expected(6, [*WITH_NOTE.column_names,
                                                                                           DESTINATION_META])
 

@@ -13,8 +13,9 @@ Layout (all under `<T>/metadata/`, readable without a catalog service):
   every live file (ADDED when new in N, EXISTING when carried from the previous snapshot) and the files N removed
   (DELETED). A commit reads one manifest list and one manifest, and the Parquet footers of the new files only (an
   Avro file's entry has its rows and size, no column statistics); none of the former when this process made the
-  previous snapshot (destination/table_formats/last_commits.py: it builds on what it kept, while the newest metadata
-  file is still the one it wrote): its cost follows the live files and the change, never the number of versions.
+  previous snapshot (destination/table_formats/last_commits.py: it keeps the snapshot's live entries, used while the
+  newest metadata file is still the one it wrote): its cost follows the live files and the change, never the number
+  of versions (but the metadata file, read and parsed by each commit, holds every retained snapshot).
 
 Retention: snapshots of records versions before `oldest_retained` are left out of the new metadata (time travel
 to them fails, by id and by timestamp), and their metadata file, manifest list and manifest are deleted right
@@ -57,7 +58,6 @@ table property `fivetran.primary-key` (a JSON list of names).
 """
 from __future__ import annotations
 
-import functools
 import io
 import json
 import uuid
@@ -193,11 +193,11 @@ class IcebergFormat:
         kept = previous = None
         if versions:
             newest = _metadata_path(prefix, versions[-1])
-            read_newest = functools.cache(lambda: storage.read_bytes(newest))
-            kept = _LAST_COMMITS.state(table, versions[-1], read_newest)
+            body = storage.read_bytes(newest)
+            previous = _parse_metadata(storage.url(newest), body)
+            kept = _LAST_COMMITS.state(table, versions[-1], lambda: body)
             if kept is not None and not storage.all_exist(kept.needs):
                 kept = None  # its manifest list or manifest is gone (another process deleting the folder): read it
-            previous = kept.metadata if kept else _parse_metadata(storage.url(newest), read_newest())
         commit = _Commit(storage, prefix, io_, version, previous, oldest_retained, kept.live if kept else None)
         metadata = commit.build()
         data = metadata.model_dump_json(exclude_none=True).encode("utf-8")
@@ -206,7 +206,7 @@ class IcebergFormat:
             for path in commit.written:  # another writer committed this version first: its files stand
                 storage.delete(path)
             return
-        _LAST_COMMITS.keep(table, version.version, data, _Kept(metadata, commit.live, tuple(commit.written)))
+        _LAST_COMMITS.keep(table, version.version, data, _Kept(commit.live, tuple(commit.written)))
         _move_hint(storage, prefix, version.version)
         commit.delete_retired(versions)
         logs.info(f"iceberg: version {version.version} committed ({len(version.files)} live files, "
@@ -245,24 +245,24 @@ def _parse_metadata(url: str, body: bytes) -> TableMetadataV2:
 
 @dataclass(frozen=True)
 class _Kept:
-    """A table after this process's last commit to it: its metadata and its snapshot's live manifest entries, as
-    pyiceberg would read them back (sequence numbers and snapshot ids filled in). It is used while the files a
-    reader of the snapshot opens are there (`needs`: the manifest list and manifest), as reading them back would
-    fail otherwise: a process deleting the folder (a format move, a rebuild) removes them before the metadata file."""
+    """The live manifest entries of the snapshot this process committed last to a table, as pyiceberg would read them
+    back (sequence numbers and snapshot ids filled in). They are used while the files a reader of the snapshot opens
+    are there (`needs`: the manifest list and manifest), as reading them back would fail otherwise: a process deleting
+    the folder (a format move, a rebuild) removes them before the metadata file. The metadata itself is not kept:
+    parsed, it takes about 6 KB per retained snapshot (its file is read for the comparison anyway)."""
 
-    metadata: TableMetadataV2
     live: list[ManifestEntry]
     needs: tuple[str, ...]
 
     @property
     def statistics(self) -> int:
         """What the entries hold: each file's statistics are a few values per column."""
-        return len(self.live) * (len(self.metadata.schema().fields) + 1)
+        return sum(len(entry.data_file.value_counts or {}) + 1 for entry in self.live)
 
 
-# instead of the metadata file parsed and the manifest list and manifest read back by pyiceberg (about 6 ms of CPU
-# per small sync here, two requests one after another on S3); an entry's statistics take about 1 KB per column,
-# so the kept entries are bounded by their columns in all (about 50 MB)
+# instead of the manifest list and manifest read back by pyiceberg (about 3 ms of CPU per small sync here, two
+# requests one after another on S3); an entry's statistics take about 1 KB per column, so the kept entries are
+# bounded by their columns in all (about 50 MB)
 _LAST_COMMITS: LastCommits[_Kept] = LastCommits(weight=lambda kept: kept.statistics, max_weight=50_000)
 
 

@@ -2,9 +2,11 @@
 builds on it instead of reading the format's files back (delta-rs opening the log; pyiceberg parsing the metadata
 file and reading its manifest list and manifest): milliseconds of CPU and several requests on S3 for every small
 sync. A kept state is used only while the format's newest entry is still the very file it was kept with, same
-number and same bytes: another writer's commit, or a table dropped and made again, leaves it unused."""
+number and same bytes (compared by their SHA-256: an Iceberg metadata file grows with the snapshots retained):
+another writer's commit, or a table dropped and made again, leaves it unused."""
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -20,7 +22,7 @@ class LastCommits(Generic[S]):
 
     def __init__(self, weight: Callable[[S], int], max_weight: int, max_tables: int = 1024) -> None:
         self._lock = threading.Lock()
-        self._kept: OrderedDict[str, tuple[int, bytes, S, int]] = OrderedDict()
+        self._kept: OrderedDict[str, tuple[int, bytes, S, int]] = OrderedDict()  # number, digest, state, weight
         self._weight, self._max_weight, self._max_tables = weight, max_weight, max_tables
         self._total = 0
 
@@ -32,7 +34,7 @@ class LastCommits(Generic[S]):
         if kept is None or kept[0] != newest:
             return None
         try:
-            same = read_newest() == kept[1]
+            same = hashlib.sha256(read_newest()).digest() == kept[1]
         except FileNotFoundError:
             return None
         return kept[2] if same else None
@@ -44,7 +46,7 @@ class LastCommits(Generic[S]):
             self._drop(table)
             if weight > self._max_weight:
                 return
-            self._kept[table] = (number, body, state, weight)
+            self._kept[table] = (number, hashlib.sha256(body).digest(), state, weight)
             self._total += weight
             while len(self._kept) > self._max_tables or self._total > self._max_weight:
                 self._drop(next(iter(self._kept)))

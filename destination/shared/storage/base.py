@@ -23,7 +23,8 @@ import pyarrow.fs as pafs
 from destination.shared.errors import DestinationError, StorageError, scrub
 from destination.shared.pools import side_by_side
 
-WRITE_THREADS = 8  # objects written at once by `write_all` in a process (more wait for a thread)
+IO_THREADS = 8  # objects written or checked at once by `write_all` and `all_exist` in a process (more wait)
+IO_POOL = "storage-io"  # one pool for both: its threads never wait on its own work
 
 S3_RETRY_ATTEMPTS = 6  # attempts per S3 call, the first included
 STREAM_BUFFER = 8 << 20  # a sequential reader fetches this much per request (S3: one ranged GET)
@@ -112,7 +113,7 @@ class Storage(ABC):
     def write_all(self, objects: Sequence[tuple[str, bytes]]) -> None:
         """Write (or replace) several whole objects side by side (a version's metadata files: one round trip's time
         on S3, not one per object); every write has ended when this returns, and the first failure is raised."""
-        side_by_side("storage-writes", WRITE_THREADS, [partial(self.write_bytes, path, data) for path, data in objects])
+        side_by_side(IO_POOL, IO_THREADS, [partial(self.write_bytes, path, data) for path, data in objects])
 
     def all_exist(self, paths: Sequence[str]) -> bool:
         """Whether every object of `paths` exists, asked side by side (one round trip's time on S3)."""
@@ -122,7 +123,7 @@ class Storage(ABC):
             if not self.exists(path):
                 missing.append(path)
 
-        side_by_side("storage-checks", WRITE_THREADS, [partial(check, path) for path in paths])
+        side_by_side(IO_POOL, IO_THREADS, [partial(check, path) for path in paths])
         return not missing
 
     @contextmanager
