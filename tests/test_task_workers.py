@@ -53,15 +53,16 @@ def unfrozen() -> Iterator[None]:
 def test_loading_a_module_freezes_the_heap_but_not_its_garbage(unfrozen: None,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     boundary.freeze_loaded_modules()
-    frozen = gc.get_freeze_count()
     cycle = _Node()
     cycle_alive = weakref.ref(cycle)
     del cycle
     kept = _Node()  # alive when the heap freezes: frozen, not collected
     boundary.freeze_loaded_modules()
-    assert gc.get_freeze_count() == frozen and cycle_alive() is not None  # no module loaded: nothing done
+    # no module loaded: nothing done (frozen objects leave the collector's lists; the count of frozen ones can only
+    # fall, as they are freed)
+    assert any(o is kept for o in gc.get_objects()) and cycle_alive() is not None
 
     monkeypatch.setitem(sys.modules, "a_module_a_task_loaded", sys)
     boundary.freeze_loaded_modules()
     assert cycle_alive() is None  # the garbage cycle was collected, not frozen
-    assert gc.get_freeze_count() > frozen and all(o is not kept for o in gc.get_objects())  # kept: frozen
+    assert all(o is not kept for o in gc.get_objects())  # kept: frozen
