@@ -12,10 +12,11 @@ Layout (all under `<T>/metadata/`, readable without a catalog service):
 - `snap-<N>-<uuid>.avro` (manifest list) and `<uuid>-m<N>.avro` (manifest): ONE manifest per snapshot, listing
   every live file (ADDED when new in N, EXISTING when carried from the previous snapshot) and the files N removed
   (DELETED). A commit reads one manifest list and one manifest, and the Parquet footers of the new files only (an
-  Avro file's entry has its rows and size, no column statistics); none of the former when this process made the
-  previous snapshot (destination/table_formats/last_commits.py: it keeps the snapshot's live entries, used while the
-  newest metadata file is still the one it wrote): its cost follows the live files and the change, never the number
-  of versions (but the metadata file, read and parsed by each commit, holds every retained snapshot).
+  Avro file's entry has its rows and size, no column statistics); when this process made the previous snapshot it
+  only checks that those two are there (destination/table_formats/last_commits.py: it keeps the snapshot's live
+  entries, used while the newest metadata file is still the one it wrote): its cost follows the live files and the
+  change, never the number of versions (but the metadata file, read and parsed by each commit, holds every retained
+  snapshot).
 
 Retention: snapshots of records versions before `oldest_retained` are left out of the new metadata (time travel
 to them fails, by id and by timestamp), and their metadata file, manifest list and manifest are deleted right
