@@ -79,6 +79,7 @@ class _State:
     rows: pa.Table
     keys: pa.ChunkedArray  # each row's key token
     alive: np.ndarray  # bool per row
+    stored: int  # how many of the first rows are the stored ones (the rest the merge appended)
 
     def positions(self, op_keys: pa.Array) -> tuple[pa.Array, np.ndarray]:
         """Each operation key's live row (null: none), and the mask of live rows holding any of the keys. The few
@@ -100,8 +101,51 @@ class _State:
         order = order[self.alive[order]]
         if len(order) == self.rows.num_rows and np.array_equal(order, np.arange(len(order))):
             return self.rows, self.keys
-        taken = pa.array(order)
-        return self.rows.take(taken), self.keys.take(taken)
+        return taken_in_order(self.rows, self.keys, order, self.stored)
+
+
+def taken_in_order(rows: pa.Table, keys: pa.ChunkedArray, order: np.ndarray,
+                   stored: int) -> tuple[pa.Table, pa.ChunkedArray]:
+    """`rows.take(order)` and `keys.take(order)`, where the first `stored` rows are the range's stored rows in key
+    order and the rest were appended by the merge. When `order` keeps every stored row in its place but for rows
+    appended in the places of dead ones (an update or a replace in place: the usual change to a stored file), a
+    column whose appended values are, bit for bit, the values they replace is the stored column itself, not a
+    copy; only the columns the change wrote are taken. Measured on a uniform 1 % update of a 10M-row table:
+    taking every column of each 700,000-row file was about a third of the tasks' CPU time."""
+    taken = pa.array(order)
+    changed = np.flatnonzero(order != np.arange(len(order)))
+    if len(order) != stored or not bool(np.all(order[changed] >= stored)):
+        return rows.take(taken), keys.take(taken)
+    here, there = pa.array(changed), pa.array(order[changed])
+
+    def in_order(values: pa.ChunkedArray) -> pa.ChunkedArray:
+        if same_values(values.take(here), values.take(there)):
+            return values.slice(0, stored)
+        return values.take(taken)
+
+    columns = [in_order(rows.column(i)) for i in range(rows.num_columns)]
+    return pa.Table.from_arrays(columns, schema=rows.schema), in_order(keys)
+
+
+def same_values(a: pa.ChunkedArray | pa.Array, b: pa.ChunkedArray | pa.Array) -> bool:
+    """Whether `a` and `b` hold the same values, NULLs in the same places and floats bit for bit (0.0 is not -0.0,
+    NaN is NaN): where one can stand for the other without altering a value."""
+    if a.null_count != b.null_count or not _all(pc.equal(pc.is_valid(a), pc.is_valid(b))):
+        return False
+    if pa.types.is_floating(a.type):
+        bits = {2: np.uint16, 4: np.uint32, 8: np.uint64}[a.type.byte_width]
+        return np.array_equal(_numpy(a.fill_null(0)).view(bits), _numpy(b.fill_null(0)).view(bits))
+    return _all(pc.equal(a, b))  # NULL where both are NULL: skipped
+
+
+def _all(flags: pa.ChunkedArray | pa.Array) -> bool:
+    return pc.all(flags).as_py() is not False
+
+
+def _numpy(values: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    return values.to_numpy(zero_copy_only=False)
 
 
 def _apply_round(state: _State, ops: pa.Table, table_def: TableDef, version: int, counts: MergeCounts) -> None:
@@ -155,7 +199,8 @@ def merge_rows(stored: pa.Table, ops: pa.Table, table_def: TableDef, version: in
     schema = arrow_schema(table_def.columns)
     initial = stored.select(schema.names).cast(schema) if stored.num_rows else schema.empty_table()
     initial_keys = key_tokens(initial, key_columns(table_def)) if initial.num_rows else pa.array([], pa.string())
-    state = _State(initial, pa.chunked_array([initial_keys], pa.string()), np.ones(initial.num_rows, dtype=bool))
+    state = _State(initial, pa.chunked_array([initial_keys], pa.string()), np.ones(initial.num_rows, dtype=bool),
+                   initial.num_rows)
     counts = MergeCounts()
     op_keys = ops.column(KEY).combine_chunks()
     occ = occurrence(op_keys, ops.column(SEQ).combine_chunks(), _integer_key(ops, table_def))

@@ -249,6 +249,32 @@ def test_cost_follows_a_clustered_change_on_a_million_rows(stub, configuration, 
     assert not {x["id"] for x in got} & set((recent[:10] + 1).tolist())
 
 
+def test_a_file_cut_between_units_gives_each_unit_its_part(stub, configuration, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Many new keys inside one stored file's range: the write cuts the file between several units and each
+    rewrites only its part of the stored rows (a unit that took the whole file would write its rows twice)."""
+    configuration = {**configuration, "target_file_size": "512KiB"}
+    t = table("cut", [("id", "LONG", True), ("v", "STRING"), *SYS])
+    create(stub, configuration, "cost", t)
+
+    def send(path: Path) -> None:
+        request = sdk.WriteBatchRequest(configuration=configuration, schema_name="cost", table=t, file_params=params(),
+                                        replace_files=[str(path)], keys={str(path): KEY})
+        assert stub.WriteBatch(request).WhichOneof("response") == "success"
+
+    stored = np.arange(0, 1_000_000, 1000)
+    send(_big_csv(tmp_path / "load.csv.zstd.aes", stored, "stored"))
+    store = TableStore(open_storage(spec_of(configuration)))
+    loaded = store.load("cost", "cut")
+    assert loaded is not None and len(loaded.files) == 1
+    new = np.setdiff1d(np.arange(1, 999_000, 7), stored)
+    send(_big_csv(tmp_path / "new.csv.zstd.aes", new, "new"))
+    after = store.load("cost", "cut")
+    assert after is not None and len(after.files) >= 4, "the new keys are several files' worth: units cut the file"
+    _assert_ranges_apart(after.files)
+    ids = [x["id"] for x in rows_of(configuration, "cost", "cut", validate=True)]
+    assert sorted(ids) == sorted([*stored.tolist(), *new.tolist()])  # every key once
+
+
 def _assert_ranges_apart(files) -> None:  # type: ignore[no-untyped-def]
     """Every file's first key ≤ its last key < the next file's first key (a LONG key)."""
     spans = sorted((f.first_key[0], f.last_key[0]) for f in files if f.rows)

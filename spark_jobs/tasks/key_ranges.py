@@ -139,10 +139,18 @@ def _read_part(ctx: JobContext, storage: Storage, f: DataFile, unit: RangeUnit,
         stored = read_data_file(storage, file_dir(ctx.read_dir, f), f.name, size=f.bytes)
     rows = align(stored, ctx.table)
     lo, hi = _bound(unit.lo, ctx.table), _bound(unit.hi, ctx.table)
-    if lo is None and hi is None:
+    if (lo is None and hi is None) or _lies_within(f, lo, hi, ctx.table):
         return rows
     inside = within(key_columns_of(rows, ctx.table), lo, hi)
     return rows if inside.all() else rows.filter(pa.array(inside))
+
+
+def _lies_within(f: DataFile, lo: pa.Table | None, hi: pa.Table | None, table_def: TableDef) -> bool:
+    """Whether every key of `f` is in [lo, hi), known from its first and last keys (its least and greatest) without
+    reading its rows: testing each row's key sorts them all with the bound (a tenth of a uniform change's tasks)."""
+    if f.first_key is None or f.last_key is None:
+        return False
+    return bool(within(keys_from_json([f.first_key, f.last_key], table_def), lo, hi).all())
 
 
 def merge_range_task(ctx: JobContext, unit: RangeUnit) -> FilesWritten:

@@ -1,0 +1,159 @@
+"""The merge's last step, its rows put in key order (spark_jobs.merge.taken_in_order): equal to pyarrow's `take`
+whatever the order, stored columns left uncopied only where the change wrote the very values they hold (floats bit
+for bit, NULLs in place); and whole merges of updates, replaces and deletes against a model written apart."""
+from __future__ import annotations
+
+import json
+import math
+import random
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from destination.shared.keys import key_tokens
+from destination.shared.table_model import ColumnDef, TableDef
+from destination.shared.type_mapping import arrow_schema
+from spark_jobs.merge import key_columns, merge_rows, same_values, taken_in_order
+from spark_jobs.operations import CHANGES, KEY, OP, OP_DELETE, OP_REPLACE, OP_UPDATE, SEQ, UNMOD
+
+TABLE = TableDef("t", (ColumnDef("id", "LONG", True), ColumnDef("name", "STRING"), ColumnDef("score", "DOUBLE"),
+                       ColumnDef("n", "INT")))
+
+
+def _rows(ids: list[int], names: list[str | None], scores: list[float | None]) -> pa.Table:
+    return pa.table({"id": pa.array(ids, pa.int64()), "name": pa.array(names, pa.string()),
+                     "score": pa.array(scores, pa.float64())})
+
+
+def _stored_and_appended(appended: pa.Table) -> tuple[pa.Table, pa.ChunkedArray]:
+    stored = _rows([1, 2, 3, 4], ["a", "b", None, "d"], [0.0, 1.5, math.nan, None])
+    rows = pa.concat_tables([stored, appended])
+    return rows, rows.column("id").cast(pa.string())
+
+
+def _check(rows: pa.Table, keys: pa.ChunkedArray, order: list[int]) -> pa.Table:
+    table, taken_keys = taken_in_order(rows, keys, np.array(order), 4)
+    expected = rows.take(pa.array(order))  # the oracle: pyarrow's take
+    assert table.schema == expected.schema
+    assert [_comparable(tuple(r.values())) for r in table.to_pylist()] == \
+        [_comparable(tuple(r.values())) for r in expected.to_pylist()]
+    assert taken_keys.equals(keys.take(pa.array(order)))
+    return table
+
+
+def _same_buffer(a: pa.ChunkedArray, b: pa.ChunkedArray) -> bool:
+    return a.chunk(0).buffers()[1].address == b.chunk(0).buffers()[1].address
+
+
+def test_an_update_in_place_leaves_the_columns_it_did_not_change_uncopied() -> None:
+    rows, keys = _stored_and_appended(_rows([2], ["b2"], [1.5]))  # row 2 updated: its name changes, its score not
+    table = _check(rows, keys, [0, 4, 2, 3])
+    assert _same_buffer(table.column("score"), rows.column("score"))  # the stored column itself
+    assert _same_buffer(table.column("id"), rows.column("id"))
+    assert not _same_buffer(table.column("name"), rows.column("name"))
+    assert table.column("name").to_pylist() == ["a", "b2", None, "d"]
+
+
+@pytest.mark.parametrize("old_row, new", [
+    (0, -0.0),  # equal under ==, another value bit for bit
+    (2, 0.0),  # NaN replaced: NaN != NaN, the value changes
+    (3, 0.0),  # a NULL replaced by a value
+    (1, None),  # a value replaced by NULL
+])
+def test_values_that_compare_equal_but_differ_are_taken(old_row: int, new: float | None) -> None:
+    ids = [1, 2, 3, 4]
+    names = ["a", "b", None, "d"]
+    rows, keys = _stored_and_appended(_rows([ids[old_row]], [names[old_row]], [new]))
+    order = [4 if i == old_row else i for i in range(4)]
+    table = _check(rows, keys, order)
+    assert _same_buffer(table.column("name"), rows.column("name"))  # the name is the stored one's: not copied
+
+
+def test_a_nan_written_again_keeps_the_stored_column() -> None:
+    rows, keys = _stored_and_appended(_rows([3], [None], [math.nan]))
+    table = _check(rows, keys, [0, 1, 4, 3])
+    assert _same_buffer(table.column("score"), rows.column("score"))
+
+
+def test_another_key_in_a_dead_rows_place_is_taken() -> None:
+    """Row 2 deleted and a new key inserted between 1 and 3 (2.5 cannot be a LONG, so the test places key 9 there
+    by order alone): the same shape as an update in place, but the key and values differ."""
+    rows, keys = _stored_and_appended(_rows([9], ["b"], [1.5]))
+    table = _check(rows, keys, [0, 4, 2, 3])
+    assert table.column("id").to_pylist() == [1, 9, 3, 4]
+
+
+@pytest.mark.parametrize("order", [[0, 2, 3], [0, 1, 4, 2, 3], [1, 0, 2, 3], [0, 1, 2, 3, 4]])
+def test_inserts_deletes_and_moves_are_taken_whole(order: list[int]) -> None:
+    rows, keys = _stored_and_appended(_rows([5], ["e"], [2.0]))
+    _check(rows, keys, order)
+
+
+def test_same_values_on_every_stored_type() -> None:
+    for a, b, same in [
+        (pa.array([1, None], pa.int64()), pa.array([1, None], pa.int64()), True),
+        (pa.array([1, None], pa.int64()), pa.array([None, 1], pa.int64()), False),
+        (pa.array([b"x", b""]), pa.array([b"x", None]), False),
+        (pa.array([0.0], pa.float32()), pa.array([-0.0], pa.float32()), False),
+        (pa.array([math.nan], pa.float32()), pa.array([math.nan], pa.float32()), True),
+        (pa.array([None, None], pa.string()), pa.array([None, None], pa.string()), True),
+        (pa.array(["é"]), pa.array(["e"]), False),
+    ]:
+        assert same_values(a, b) is same, (a, b)
+
+
+# ---- whole merges against a model -----------------------------------------------------------------------------
+
+def _model(stored: dict[int, dict[str, Any]], requests: list[tuple[int, dict[str, Any], set[str]]]) -> list[tuple[Any, ...]]:
+    """Fivetran's semantics written apart: a replace writes the row, an update writes its modified columns of an
+    existing row, a delete removes it; in request order."""
+    rows = {k: dict(v) for k, v in stored.items()}
+    for op, values, unmodified in requests:
+        key = values["id"]
+        if op == OP_REPLACE:
+            rows[key] = dict(values)
+        elif op == OP_UPDATE and key in rows:
+            rows[key].update({c: v for c, v in values.items() if c not in unmodified})
+        elif op == OP_DELETE:
+            rows.pop(key, None)
+    return sorted((r["id"], r["name"], r["score"], r["n"]) for r in rows.values())
+
+
+def _operations(requests: list[tuple[int, dict[str, Any], set[str]]]) -> pa.Table:
+    table = pa.Table.from_pylist([r[1] for r in requests], schema=arrow_schema(TABLE.columns, with_meta=False))
+    table = table.append_column(OP, pa.array([r[0] for r in requests], pa.int8()))
+    table = table.append_column(SEQ, pa.array(np.arange(len(requests)), pa.int64()))
+    table = table.append_column(CHANGES, pa.nulls(len(requests), pa.string()))
+    for c in TABLE.columns:
+        table = table.append_column(UNMOD + c.name, pa.array([c.name in r[2] for r in requests]))
+    return table.append_column(KEY, key_tokens(table, key_columns(TABLE)))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_merges_of_updates_replaces_and_deletes_match_the_model(seed: int) -> None:
+    rng = random.Random(seed)
+    scores = [0.0, -0.0, math.nan, None, 1.25]
+    stored = {k: {"id": k, "name": rng.choice(["a", "b", None]), "score": rng.choice(scores), "n": rng.randrange(3)}
+              for k in range(0, 400, 2)}
+    requests: list[tuple[int, dict[str, Any], set[str]]] = []
+    for _ in range(60):
+        key = rng.randrange(0, 420) if seed % 2 else rng.choice(list(stored))  # odd seeds insert new keys too
+        op = rng.choice([OP_REPLACE, OP_UPDATE, OP_UPDATE, OP_DELETE])
+        values = {"id": key, "name": rng.choice(["a", "c", None]), "score": rng.choice(scores), "n": rng.randrange(3)}
+        unmodified = {c for c in ("name", "score", "n") if rng.random() < 0.5} if op == OP_UPDATE else set()
+        requests.append((op, values, unmodified))
+    table = pa.Table.from_pylist([{**r, "_destination_meta": json.dumps({"version": 1})} for r in stored.values()],
+                                 schema=arrow_schema(TABLE.columns))
+    result = merge_rows(table, _operations(requests), TABLE, version=2).table
+    got = sorted((r["id"], r["name"], r["score"], r["n"]) for r in result.to_pylist())
+    want = _model(stored, requests)
+    assert [_comparable(r) for r in got] == [_comparable(r) for r in want]
+    assert result.column("id").to_pylist() == sorted(result.column("id").to_pylist())  # in key order
+
+
+def _comparable(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """NaN made comparable and -0.0 told from 0.0."""
+    return tuple(("nan",) if isinstance(v, float) and math.isnan(v) else (v, math.copysign(1, v))
+                 if isinstance(v, float) else v for v in row)
