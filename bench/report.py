@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.results import Measurement, Run, pass_key
+from bench.scenarios import SECTIONS
 from bench.soak_report import SOAK_END, SOAK_START, soak_section
+from bench.uniform_report import UNIFORM_END, UNIFORM_GROUP, UNIFORM_START, uniform_section
 from destination.shared.on_disk.options import REFERENCING, default_layout
 
 GIB = 2**30
@@ -21,6 +23,7 @@ DUCKDB_UNIFORM_TARGET, DUCKDB_CLUSTERED_TARGET = 1.0, 0.2  # ≤ DuckDB's full-r
 REWRITE_TARGET, STORED_TARGET, SMALL_SYNCS_TARGET = 0.05, 1.3, 1.0
 CLUSTERED_TARGET_ROWS = 100_000_000  # the clustered shares and times are targets for tables of this size
 RESULTS_START, RESULTS_END = "<!-- results:start -->", "<!-- results:end -->"
+LOAD_GROUP = "load"
 
 
 def machine() -> list[str]:
@@ -429,6 +432,19 @@ def merge_sections(run: Run, path: Path) -> None:
         merge_fleet_section(run, path)
     if run.soak:
         merge_section(soak_section(run), SOAK_START, SOAK_END, path)
+
+
+def write_into(run: Run, groups: set[str], path: Path) -> str:
+    """Write what a run of `groups` measured into the report at `path`, and say what was written: the fleet and soak
+    sections and the uniform changes' section each alone (the report's other parts kept), else the whole results."""
+    if groups <= SECTIONS:
+        merge_sections(run, path)
+        return f"{' and '.join(sorted(groups))} section(s) written into {path}"
+    if groups == {LOAD_GROUP, UNIFORM_GROUP}:
+        merge_section(uniform_section(run, DUCKDB_UNIFORM_TARGET), UNIFORM_START, UNIFORM_END, path)
+        return f"uniform section written into {path}"
+    write_report(run, path)
+    return f"report written to {path}"
 
 
 def merge_section(lines: list[str], start: str, end: str, path: Path) -> None:

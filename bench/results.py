@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -59,6 +60,20 @@ class Run:
 
 def pass_key(backend: str, scale: int) -> str:
     return f"{backend}, {scale:,} rows"
+
+
+def code_version() -> str:
+    """The commit the benchmark's code is at (`-dirty` when tracked files differ from it), for a report to name what
+    its figures measured; empty outside a git checkout."""
+    repo = str(Path(__file__).resolve().parent.parent)
+    try:
+        head = subprocess.run(["git", "-C", repo, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+        changed = subprocess.run(["git", "-C", repo, "status", "--porcelain", "--untracked-files=no"],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    return head + ("-dirty" if changed else "")
 
 
 def load_results(paths: list[Path]) -> Run:

@@ -21,8 +21,8 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from bench import baselines, duck, fleet, soak
-from bench.report import merge_sections, write_report
-from bench.results import Measurement, Run, load_results, pass_key, save
+from bench.report import write_into
+from bench.results import Measurement, Run, code_version, load_results, pass_key, save
 from bench.scenarios import FLEET, GROUPS, SECTIONS, SOAK, rows_option, selected_groups
 from bench.server import Server, create_table, soft_truncate, unknown_fields, write
 from bench.tables import data_file_urls, stored_bytes
@@ -408,14 +408,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="record py-spy flame graphs of the server")
     parser.add_argument("--from-results", metavar="PATHS",
                         help="measure nothing: write the report again from runs' results.json files (comma-separated; "
-                             "the report's hand-written parts kept); from fleet or soak runs alone, only their sections")
+                             "the report's hand-written parts kept); from fleet, soak or uniform runs alone, only their sections")
     args = parser.parse_args(argv)
     if args.from_results:
         loaded = load_results([Path(p) for p in args.from_results.split(",")])
-        if loaded.measurements:
-            write_report(loaded, Path(args.report or "docs/BENCHMARKS.md"))
-        else:  # fleet or soak runs only: their sections, the report's others kept
-            merge_sections(loaded, Path(args.report or "docs/BENCHMARKS.md"))
+        measured = {m.group for m in loaded.measurements} | {g for g, r in ((FLEET, loaded.fleet),
+                                                                             (SOAK, loaded.soak)) if r}
+        log(write_into(loaded, measured, Path(args.report or "docs/BENCHMARKS.md")))
         return 0
     groups = selected_groups(args.scenarios)
     extra = {k: v for k, v in (("layout", args.layout), ("target_file_size", args.target_file_size),
@@ -425,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     if args.catalog == "sql":  # every table registered in a SQLite JDBC catalog: the catalog step's cost is its phase
         extra.update({"catalog": "sql", "catalog_uri": f"sqlite:///{work / 'catalog.db'}"})
-    run = Run(args.rows, shape={"groups": sorted(groups), "small_rows": args.small_rows[0],
+    run = Run(args.rows, shape={"groups": sorted(groups), "code": code_version(), "small_rows": args.small_rows[0],
                                                      "change_fraction": args.change_fraction,
                                                      "clustered_syncs": args.clustered_syncs,
                                                      "small_syncs": args.small_syncs,
@@ -457,12 +456,8 @@ def main(argv: list[str] | None = None) -> int:
                     backend.stop()
                 save(run, work / "results.json")  # after every pass: a long run keeps what it measured
         log(f"results in {work / 'results.json'}")
-        if args.report and groups <= SECTIONS:  # the report's other sections stay as they are
-            merge_sections(run, Path(args.report))
-            log(f"{' and '.join(sorted(groups))} section(s) written into {args.report}")
-        elif args.report:
-            write_report(run, Path(args.report))
-            log(f"report written to {args.report}")
+        if args.report:
+            log(write_into(run, groups, Path(args.report)))
     finally:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)

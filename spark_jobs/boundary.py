@@ -14,8 +14,6 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
-import pyarrow as pa
-
 from destination.shared.errors import DestinationError, scrub
 from destination.shared.storage.s3 import transient_error
 from spark_jobs.contracts import JobContext
@@ -48,12 +46,6 @@ def failure_of(exc: BaseException) -> TaskFailure:
 _modules_at_freeze = 0  # how many modules this worker process had loaded when it last froze its heap
 
 
-def release_memory() -> None:
-    """Give the memory a finished task freed back to the system: Arrow's allocator keeps it otherwise, and a
-    reused Python worker would carry it into the next task (two workers' leftovers added to the server's peak)."""
-    pa.default_memory_pool().release_unused()
-
-
 def freeze_loaded_modules() -> None:
     """PySpark's daemon runs a full garbage collection (`gc.collect()`) after every task of a reused worker, and
     each one walks every object the worker's imported modules hold (pyarrow, polars, botocore, pyiceberg, ours:
@@ -80,8 +72,6 @@ def run_unit(task: Callable[[JobContext, U], R], ctx: JobContext,
         return index, task(ctx, unit)
     except Exception as exc:  # every failure crosses the boundary as a value
         return index, failure_of(exc)
-    finally:
-        release_memory()
 
 
 def map_unit(task: Callable[[JobContext, U], Iterable[tuple[int, P]]], ctx: JobContext,
@@ -93,8 +83,6 @@ def map_unit(task: Callable[[JobContext, U], Iterable[tuple[int, P]]], ctx: JobC
         yield from task(ctx, unit)
     except Exception as exc:  # every failure crosses the boundary as a value
         yield 0, failure_of(exc)
-    finally:
-        release_memory()
 
 
 def reduce_partition(task: Callable[[JobContext, int, list[P]], R], ctx: JobContext,
@@ -112,5 +100,3 @@ def reduce_partition(task: Callable[[JobContext, int, list[P]], R], ctx: JobCont
             yield key, task(ctx, key, payloads)
         except Exception as exc:  # every failure crosses the boundary as a value
             yield key, failure_of(exc)
-        finally:
-            release_memory()

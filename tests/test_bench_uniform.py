@@ -1,0 +1,59 @@
+"""A benchmark run of the uniform group alone writes its own section of docs/BENCHMARKS.md (bench/uniform_report.py),
+leaving the last full run's tables and the hand-written analysis as they are; a full run's results replace it."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from bench.report import RESULTS_END, RESULTS_START, write_into
+from bench.results import Measurement, Run, code_version
+from bench.uniform_report import UNIFORM_END, UNIFORM_START
+
+
+def _change(scenario: str, seconds: float, duckdb: float) -> Measurement:
+    return Measurement(scenario=scenario, backend="local", table="big", rows=100_000, plain_bytes=40 * 10**6,
+                       seconds=seconds, peak_total=2 * 2**30, peak_jvm=2**29, peak_python=3 * 2**29,
+                       bytes_written=900 * 10**6, files_written=14, files_rewritten=14, baseline="merge_upsert",
+                       baseline_seconds=12.0, target="merge", scale=10_000_000, group="uniform",
+                       duckdb_seconds=duckdb, table_bytes_before=944 * 10**6, bytes_rewritten=944 * 10**6,
+                       files_after=14)
+
+
+def _report(tmp_path: Path) -> Path:
+    report = tmp_path / "BENCHMARKS.md"
+    report.write_text(f"# Benchmarks\n\nintro\n\n{RESULTS_START}\n## Results: local, 10,000,000 rows\n\nfull run's "
+                      f"table\n{RESULTS_END}\n\n## Analysis\n\nnotes\n")
+    return report
+
+
+def test_a_uniform_run_writes_its_section_and_keeps_the_full_runs_tables(tmp_path: Path) -> None:
+    run = Run([10_000_000], measurements=[_change("incremental upsert", 6.0, 5.0),
+                                          _change("incremental delete", 4.0, 5.0)],
+              shape={"groups": ["load", "uniform"], "code": "abc1234"})
+    report = _report(tmp_path)
+    assert "uniform section" in write_into(run, {"load", "uniform"}, report)
+    write_into(run, {"load", "uniform"}, report)  # once, in place
+    text = report.read_text()
+    assert text.count(UNIFORM_START) == 1 and "full run's table" in text and text.endswith("## Analysis\n\nnotes\n")
+    section = text[text.index(UNIFORM_START):text.index(UNIFORM_END)]
+    assert "`abc1234`" in section and "### Uniform changes: local, 10,000,000 rows" in section
+    assert "| incremental upsert | 100,000 | 6.0 | 5.0 | 1.20× ❌ | 12.0 | 14 / 14 | 944.0 | 2.00 |" in section
+    assert "| incremental delete | 100,000 | 4.0 | 5.0 | 0.80× ✅ |" in section
+    assert text.index(RESULTS_START) < text.index(UNIFORM_START) < text.index(RESULTS_END)
+
+
+def test_a_full_run_replaces_the_uniform_section_with_its_own_tables(tmp_path: Path) -> None:
+    report = _report(tmp_path)
+    uniform = Run([10_000_000], measurements=[_change("incremental upsert", 6.0, 5.0)], shape={})
+    write_into(uniform, {"load", "uniform"}, report)
+    full = Run([10_000_000], measurements=[_change("incremental upsert", 7.0, 5.0)], shape={})
+    assert "report written" in write_into(full, {"load", "uniform", "parquet"}, report)
+    text = report.read_text()
+    assert UNIFORM_START not in text and "full run's table" not in text and "| incremental upsert | 100,000 |" in text
+
+
+def test_the_code_version_names_this_checkout() -> None:
+    head = subprocess.run(["git", "log", "-1", "--format=%H"], capture_output=True, text=True, check=True,
+                          cwd=Path(__file__).parent).stdout.strip()
+    version = code_version()
+    assert len(version.removesuffix("-dirty")) >= 7 and head.startswith(version.removesuffix("-dirty"))
