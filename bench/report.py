@@ -10,7 +10,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench.results import Measurement, Run, pass_key
+from bench.results import Measurement, Run, pass_key, passed_fields
 from bench.scenarios import SECTIONS
 from bench.soak_report import SOAK_END, SOAK_START, soak_section
 from bench.uniform_report import UNIFORM_END, UNIFORM_GROUP, UNIFORM_START, uniform_section
@@ -248,13 +248,6 @@ def _layout(run: Run, key: str) -> str:
     return f"layout: {layout}"
 
 
-def _passed(run: Run, key: str) -> str:
-    settings = run.settings.get(key, {})
-    ignored = settings.get("ignored", [])
-    return ", ".join(f"`{k}` = `{v}`" + (" (unknown to this server: ignored)" if k in ignored else "")
-                     for k, v in sorted(settings.get("configuration", {}).items())) or "none (the server's defaults)"
-
-
 def _settings(run: Run) -> str:
     shape = run.shape
     return ("Scenario groups: "
@@ -311,7 +304,7 @@ def write_report(run: Run, path: Path) -> None:
              "![rows per second by scenario](benchmarks.png)", "", "## Targets", "", *targets(run), ""]
     for scale, backend in passes(run):
         key = pass_key(backend, scale)
-        lines += [f"## Results: {key}", "", f"Configuration fields passed to the server: {_passed(run, key)}.", "",
+        lines += [f"## Results: {key}", "", f"Configuration fields passed to the server: {passed_fields(run, key)}.", "",
                   *_table(run, scale, backend), ""]
     lines += [*fleet_section(run), ""] if run.fleet else []
     lines += [*soak_section(run), ""] if run.soak else []

@@ -62,6 +62,14 @@ def pass_key(backend: str, scale: int) -> str:
     return f"{backend}, {scale:,} rows"
 
 
+def passed_fields(run: Run, key: str) -> str:
+    """The configuration fields the pass `key` gave the server, as the report names them."""
+    settings = run.settings.get(key, {})
+    ignored = settings.get("ignored", [])
+    return ", ".join(f"`{k}` = `{v}`" + (" (unknown to this server: ignored)" if k in ignored else "")
+                     for k, v in sorted(settings.get("configuration", {}).items())) or "none (the server's defaults)"
+
+
 def code_version() -> str:
     """The commit the benchmark's code is at (`-dirty` when tracked files differ from it), for a report to name what
     its figures measured; empty outside a git checkout."""

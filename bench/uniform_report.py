@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from bench.results import Measurement, Run
+from bench.results import Measurement, Run, pass_key, passed_fields
 
 UNIFORM_START, UNIFORM_END = "<!-- uniform:start -->", "<!-- uniform:end -->"
 UNIFORM_GROUP = "uniform"
@@ -32,6 +32,7 @@ def uniform_section(run: Run, target: float) -> list[str]:
              f"{target}× DuckDB's time. These figures are newer than the full run's tables above.", ""]
     for scale, backend in sorted({(m.scale, m.backend) for m in run.measurements if m.group == UNIFORM_GROUP}):
         lines += [f"### Uniform changes: {backend}, {scale:,} rows", "",
+                  f"Configuration fields passed to the server: {passed_fields(run, pass_key(backend, scale))}.", "",
                   "| change | rows | seconds | DuckDB s | ratio to DuckDB | pyarrow s | files rewritten / in table "
                   "| rewritten MB | peak memory GiB |",
                   "|---|---:|---:|---:|---|---:|---|---:|---:|",

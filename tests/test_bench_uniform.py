@@ -37,6 +37,7 @@ def test_a_uniform_run_writes_its_section_and_keeps_the_full_runs_tables(tmp_pat
     assert text.count(UNIFORM_START) == 1 and "full run's table" in text and text.endswith("## Analysis\n\nnotes\n")
     section = text[text.index(UNIFORM_START):text.index(UNIFORM_END)]
     assert "`abc1234`" in section and "### Uniform changes: local, 10,000,000 rows" in section
+    assert "Configuration fields passed to the server: none (the server's defaults)." in section
     assert "| incremental upsert | 100,000 | 6.0 | 5.0 | 1.20× ❌ | 12.0 | 14 / 14 | 944.0 | 2.00 |" in section
     assert "| incremental delete | 100,000 | 4.0 | 5.0 | 0.80× ✅ |" in section
     assert text.index(RESULTS_START) < text.index(UNIFORM_START) < text.index(RESULTS_END)
