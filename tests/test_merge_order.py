@@ -106,7 +106,7 @@ def test_same_values_on_every_stored_type() -> None:
 
 # ---- whole merges against a model -----------------------------------------------------------------------------
 
-def _model(stored: dict[int, dict[str, Any]], requests: list[tuple[int, dict[str, Any], set[str]]]) -> list[tuple[Any, ...]]:
+def _model(stored: dict[Any, dict[str, Any]], requests: list[tuple[int, dict[str, Any], set[str]]]) -> list[tuple[Any, ...]]:
     """Fivetran's semantics written apart: a replace writes the row, an update writes its modified columns of an
     existing row, a delete removes it; in request order."""
     rows = {k: dict(v) for k, v in stored.items()}
@@ -121,32 +121,39 @@ def _model(stored: dict[int, dict[str, Any]], requests: list[tuple[int, dict[str
     return sorted((r["id"], r["name"], r["score"], r["n"]) for r in rows.values())
 
 
-def _operations(requests: list[tuple[int, dict[str, Any], set[str]]]) -> pa.Table:
-    table = pa.Table.from_pylist([r[1] for r in requests], schema=arrow_schema(TABLE.columns, with_meta=False))
-    table = table.append_column(OP, pa.array([r[0] for r in requests], pa.int8()))
-    table = table.append_column(SEQ, pa.array(np.arange(len(requests)), pa.int64()))
-    table = table.append_column(CHANGES, pa.nulls(len(requests), pa.string()))
-    for c in TABLE.columns:
-        table = table.append_column(UNMOD + c.name, pa.array([c.name in r[2] for r in requests]))
-    return table.append_column(KEY, key_tokens(table, key_columns(TABLE)))
+def _table(key_type: str) -> TableDef:
+    return TableDef("t", (ColumnDef("id", key_type, True), *TABLE.columns[1:]))
 
 
+def _operations(requests: list[tuple[int, dict[str, Any], set[str]]], table: TableDef) -> pa.Table:
+    rows = pa.Table.from_pylist([r[1] for r in requests], schema=arrow_schema(table.columns, with_meta=False))
+    rows = rows.append_column(OP, pa.array([r[0] for r in requests], pa.int8()))
+    rows = rows.append_column(SEQ, pa.array(np.arange(len(requests)), pa.int64()))
+    rows = rows.append_column(CHANGES, pa.nulls(len(requests), pa.string()))
+    for c in table.columns:
+        rows = rows.append_column(UNMOD + c.name, pa.array([c.name in r[2] for r in requests]))
+    return rows.append_column(KEY, key_tokens(rows, key_columns(table)))
+
+
+@pytest.mark.parametrize("key_type", ["LONG", "INT", "STRING"])  # integers matched as themselves, text by token
 @pytest.mark.parametrize("seed", range(6))
-def test_merges_of_updates_replaces_and_deletes_match_the_model(seed: int) -> None:
+def test_merges_of_updates_replaces_and_deletes_match_the_model(seed: int, key_type: str) -> None:
     rng = random.Random(seed)
+    table_def = _table(key_type)
+    key: Any = (lambda k: f"k{k:04d}") if key_type == "STRING" else (lambda k: k)
     scores = [0.0, -0.0, math.nan, None, 1.25]
-    stored = {k: {"id": k, "name": rng.choice(["a", "b", None]), "score": rng.choice(scores), "n": rng.randrange(3)}
-              for k in range(0, 400, 2)}
+    stored = {key(k): {"id": key(k), "name": rng.choice(["a", "b", None]), "score": rng.choice(scores),
+                       "n": rng.randrange(3)} for k in range(0, 400, 2)}
     requests: list[tuple[int, dict[str, Any], set[str]]] = []
     for _ in range(60):
-        key = rng.randrange(0, 420) if seed % 2 else rng.choice(list(stored))  # odd seeds insert new keys too
+        k = key(rng.randrange(0, 420)) if seed % 2 else rng.choice(list(stored))  # odd seeds insert new keys too
         op = rng.choice([OP_REPLACE, OP_UPDATE, OP_UPDATE, OP_DELETE])
-        values = {"id": key, "name": rng.choice(["a", "c", None]), "score": rng.choice(scores), "n": rng.randrange(3)}
+        values = {"id": k, "name": rng.choice(["a", "c", None]), "score": rng.choice(scores), "n": rng.randrange(3)}
         unmodified = {c for c in ("name", "score", "n") if rng.random() < 0.5} if op == OP_UPDATE else set()
         requests.append((op, values, unmodified))
     table = pa.Table.from_pylist([{**r, "_destination_meta": json.dumps({"version": 1})} for r in stored.values()],
-                                 schema=arrow_schema(TABLE.columns))
-    result = merge_rows(table, _operations(requests), TABLE, version=2).table
+                                 schema=arrow_schema(table_def.columns))
+    result = merge_rows(table, _operations(requests, table_def), table_def, version=2).table
     got = sorted((r["id"], r["name"], r["score"], r["n"]) for r in result.to_pylist())
     want = _model(stored, requests)
     assert [_comparable(r) for r in got] == [_comparable(r) for r in want]
