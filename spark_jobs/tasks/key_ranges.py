@@ -124,7 +124,7 @@ def _must_rewrite(ctx: JobContext, storage: Storage, f: DataFile, ops: pa.Table,
     whole = None if format_of_name(f.name) == PARQUET else read_data_file(storage, where, f.name, size=f.bytes)
     stored_keys = whole.select(key_names) if whole is not None else \
         read_data_file(storage, where, f.name, key_names, f.bytes)
-    stored_matching, wanted = matching_keys([stored_keys, ops.filter(pa.array(inside))], table_def.entity_key)
+    stored_matching, wanted = matching_keys([stored_keys, op_keys.filter(pa.array(inside))], table_def.entity_key)
     held = bool(pc.any(pc.is_in(stored_matching, value_set=wanted)).as_py())
     if held and whole is not None:
         decoded[f.name] = whole
