@@ -23,7 +23,6 @@ DUCKDB_UNIFORM_TARGET, DUCKDB_CLUSTERED_TARGET = 1.0, 0.2  # ≤ DuckDB's full-r
 REWRITE_TARGET, STORED_TARGET, SMALL_SYNCS_TARGET = 0.05, 1.3, 1.0
 CLUSTERED_TARGET_ROWS = 100_000_000  # the clustered shares and times are targets for tables of this size
 RESULTS_START, RESULTS_END = "<!-- results:start -->", "<!-- results:end -->"
-LOAD_GROUP = "load"
 
 
 def machine() -> list[str]:
@@ -427,13 +426,14 @@ def merge_sections(run: Run, path: Path) -> None:
         merge_section(soak_section(run), SOAK_START, SOAK_END, path)
 
 
-def write_into(run: Run, groups: set[str], path: Path) -> str:
-    """Write what a run of `groups` measured into the report at `path`, and say what was written: the fleet and soak
-    sections and the uniform changes' section each alone (the report's other parts kept), else the whole results."""
-    if groups <= SECTIONS:
+def write_into(run: Run, requested: set[str], path: Path) -> str:
+    """Write what a run of the `requested` groups (as asked for, without the groups they bring) measured into the
+    report at `path`, and say what was written: the fleet and soak sections, or the uniform changes' section, alone
+    (the report's other parts kept), else the whole results."""
+    if requested <= SECTIONS:
         merge_sections(run, path)
-        return f"{' and '.join(sorted(groups))} section(s) written into {path}"
-    if groups == {LOAD_GROUP, UNIFORM_GROUP}:
+        return f"{' and '.join(sorted(requested))} section(s) written into {path}"
+    if requested == {UNIFORM_GROUP}:
         merge_section(uniform_section(run, DUCKDB_UNIFORM_TARGET), UNIFORM_START, UNIFORM_END, path)
         return f"uniform section written into {path}"
     write_report(run, path)

@@ -23,7 +23,7 @@ import pyarrow.fs as pafs
 from bench import baselines, duck, fleet, soak
 from bench.report import write_into
 from bench.results import Measurement, Run, code_version, load_results, pass_key, save
-from bench.scenarios import FLEET, GROUPS, SECTIONS, SOAK, rows_option, selected_groups
+from bench.scenarios import FLEET, GROUPS, SECTIONS, SOAK, requested_groups, rows_option, selected_groups
 from bench.server import Server, create_table, soft_truncate, unknown_fields, write
 from bench.tables import data_file_urls, stored_bytes
 from bench.workload import CLUSTERED_KINDS, STEP_MS, T0_MS, Shape, Workload, clustered_kind, clustered_name
@@ -414,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         loaded = load_results([Path(p) for p in args.from_results.split(",")])
         measured = {m.group for m in loaded.measurements} | {g for g, r in ((FLEET, loaded.fleet),
                                                                              (SOAK, loaded.soak)) if r}
-        log(write_into(loaded, measured, Path(args.report or "docs/BENCHMARKS.md")))
+        log(write_into(loaded, requested_groups(measured), Path(args.report or "docs/BENCHMARKS.md")))
         return 0
     groups = selected_groups(args.scenarios)
     extra = {k: v for k, v in (("layout", args.layout), ("target_file_size", args.target_file_size),
@@ -457,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
                 save(run, work / "results.json")  # after every pass: a long run keeps what it measured
         log(f"results in {work / 'results.json'}")
         if args.report:
-            log(write_into(run, groups, Path(args.report)))
+            log(write_into(run, selected_groups(args.scenarios, with_needs=False), Path(args.report)))
     finally:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)

@@ -19,11 +19,17 @@ def rows_option(text: str) -> list[int]:
     return out
 
 
-def selected_groups(text: str) -> set[str]:
+def selected_groups(text: str, with_needs: bool = True) -> set[str]:
+    """The groups `--scenarios` names, and (`with_needs`) the groups they bring."""
     groups = {g.strip() for g in text.split(",") if g.strip()} if text != "all" else set(GROUPS)
     unknown = groups - set(GROUPS)
     if unknown:
         raise SystemExit(f"unknown scenario group(s) {sorted(unknown)}; known: {', '.join(GROUPS)}")
-    for g in list(groups):
+    for g in list(groups) if with_needs else []:
         groups |= set(NEEDS.get(g, ()))
     return groups
+
+
+def requested_groups(groups: set[str]) -> set[str]:
+    """`groups` without the ones only brought by the others (a run's measured groups as its command asked for them)."""
+    return groups - {need for g in groups for need in NEEDS.get(g, ())}

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from destination.shared import row_meta
 from destination.shared.key_order import sort_keys
-from destination.shared.keys import matching_keys, run_start_index
+from destination.shared.keys import integer_keys, key_tokens, run_start_index
 from destination.shared.table_model import DESTINATION_META, ColumnDef, TableDef
 from destination.shared.type_mapping import arrow_schema
 from spark_jobs.operations import CHANGES, KEY, OP, OP_DELETE, OP_REPLACE, OP_UPDATE, SEQ, UNMOD
@@ -77,7 +77,7 @@ class _State:
     rows after every round and sorting them again afterwards cost more than the merge itself: measured)."""
 
     rows: pa.Table
-    keys: pa.ChunkedArray  # each row's key, as destination.shared.keys.matching_keys gives it
+    keys: pa.ChunkedArray  # each row's key token, or its integer key (destination.shared.keys.integer_keys)
     alive: np.ndarray  # bool per row
     stored: int  # how many of the first rows are the stored ones (the rest the merge appended)
 
@@ -198,8 +198,13 @@ def merge_rows(stored: pa.Table, ops: pa.Table, table_def: TableDef, version: in
     result's rows are in key order."""
     schema = arrow_schema(table_def.columns)
     initial = stored.select(schema.names).cast(schema) if stored.num_rows else schema.empty_table()
-    initial_keys, op_keys = matching_keys([initial, ops], key_columns(table_def))
-    ops = ops.set_column(ops.schema.get_field_index(KEY), KEY, op_keys)  # matched in the stored keys' terms
+    integers = integer_keys([initial, ops], key_columns(table_def))
+    if integers is not None:
+        initial_keys, op_keys = integers
+        ops = ops.set_column(ops.schema.get_field_index(KEY), KEY, op_keys)  # matched as the stored keys are
+    else:
+        initial_keys = key_tokens(initial, key_columns(table_def)) if initial.num_rows else pa.array([], pa.string())
+        op_keys = ops.column(KEY).combine_chunks()
     state = _State(initial, pa.chunked_array([initial_keys]), np.ones(initial.num_rows, dtype=bool), initial.num_rows)
     counts = MergeCounts()
     occ = occurrence(op_keys, ops.column(SEQ).combine_chunks(), _integer_key(ops, table_def))

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from bench.report import RESULTS_END, RESULTS_START, write_into
 from bench.results import Measurement, Run, code_version
+from bench.scenarios import requested_groups, selected_groups
 from bench.uniform_report import UNIFORM_END, UNIFORM_START
 
 
@@ -31,8 +32,8 @@ def test_a_uniform_run_writes_its_section_and_keeps_the_full_runs_tables(tmp_pat
                                           _change("incremental delete", 4.0, 5.0)],
               shape={"groups": ["load", "uniform"], "code": "abc1234"})
     report = _report(tmp_path)
-    assert "uniform section" in write_into(run, {"load", "uniform"}, report)
-    write_into(run, {"load", "uniform"}, report)  # once, in place
+    assert "uniform section" in write_into(run, {"uniform"}, report)
+    write_into(run, {"uniform"}, report)  # once, in place
     text = report.read_text()
     assert text.count(UNIFORM_START) == 1 and "full run's table" in text and text.endswith("## Analysis\n\nnotes\n")
     section = text[text.index(UNIFORM_START):text.index(UNIFORM_END)]
@@ -46,15 +47,23 @@ def test_a_uniform_run_writes_its_section_and_keeps_the_full_runs_tables(tmp_pat
 def test_a_full_run_replaces_the_uniform_section_with_its_own_tables(tmp_path: Path) -> None:
     report = _report(tmp_path)
     uniform = Run([10_000_000], measurements=[_change("incremental upsert", 6.0, 5.0)], shape={})
-    write_into(uniform, {"load", "uniform"}, report)
+    write_into(uniform, {"uniform"}, report)
     full = Run([10_000_000], measurements=[_change("incremental upsert", 7.0, 5.0)], shape={})
-    assert "report written" in write_into(full, {"load", "uniform", "parquet"}, report)
+    assert "report written" in write_into(full, {"load", "uniform"}, report)  # the load asked for too: all of it
     text = report.read_text()
     assert UNIFORM_START not in text and "full run's table" not in text and "| incremental upsert | 100,000 |" in text
 
 
 def test_the_code_version_names_this_checkout() -> None:
-    head = subprocess.run(["git", "log", "-1", "--format=%H"], capture_output=True, text=True, check=True,
+    """The commit of this checkout, or nothing outside a git checkout (an unpacked archive)."""
+    head = subprocess.run(["git", "log", "-1", "--format=%H"], capture_output=True, text=True,
                           cwd=Path(__file__).parent).stdout.strip()
-    version = code_version()
-    assert len(version.removesuffix("-dirty")) >= 7 and head.startswith(version.removesuffix("-dirty"))
+    version = code_version().removesuffix("-dirty")
+    assert (len(version) >= 7 and head.startswith(version)) if head else version == ""
+
+
+def test_a_results_file_of_the_uniform_group_is_its_section_and_one_asking_for_the_load_is_a_full_report() -> None:
+    assert requested_groups({"load", "uniform"}) == {"uniform"}  # a uniform run's results: the load it brought
+    assert requested_groups({"load", "uniform", "parquet"}) == {"uniform", "parquet"}
+    assert selected_groups("load,uniform", with_needs=False) == {"load", "uniform"}  # asked for: kept
+    assert selected_groups("uniform") == {"load", "uniform"}

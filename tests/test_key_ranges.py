@@ -10,9 +10,11 @@ import decimal
 import pyarrow as pa
 import pytest
 
-from destination.shared.on_disk.datafiles import key_range
+from destination.shared.key_order import keys_from_json
+from destination.shared.on_disk.datafiles import DataFile, key_range
 from destination.shared.table_model import ColumnDef, TableDef
 from destination.shared.type_mapping import arrow_type
+from spark_jobs.tasks.key_ranges import _lies_within
 
 
 def table_of(columns: list[ColumnDef], rows: list[dict]) -> pa.Table:
@@ -72,3 +74,22 @@ def test_nan_null_and_long_text_keep_no_range() -> None:
     assert key_range(table_of([s], [{"s": None}]), keyless) is None
     assert key_range(table_of([s], [{"s": "m"}, {"s": None}]), keyless) == {"s": ["m", "m"]}
     assert key_range(table_of([s], [{"s": "x" * 300}]), keyless) is None
+
+
+def test_a_file_lies_within_a_units_range_only_when_its_first_and_last_keys_do() -> None:
+    """A merge unit takes a stored file whole when its least and greatest keys lie in the unit's [lo, hi); any other
+    file is cut to the unit's range key by key (a file cut between units must not be taken whole by each)."""
+    table = TableDef("t", (ColumnDef("id", "LONG", True), ColumnDef("v", "STRING")))
+
+    def bound(key: int | None) -> pa.Table | None:
+        return None if key is None else keys_from_json([[key]], table)
+
+    def lies(first: int | None, last: int | None, lo: int | None, hi: int | None) -> bool:
+        f = DataFile(name="f.parquet", rows=2, bytes=1, bucket=None,
+                     first_key=None if first is None else [first], last_key=None if last is None else [last])
+        return _lies_within(f, bound(lo), bound(hi), table)
+
+    assert lies(10, 20, 10, 21) and lies(10, 20, None, 21) and lies(10, 20, 5, None)
+    assert not lies(10, 20, 10, 20)  # hi is exclusive: key 20 belongs to the next unit
+    assert not lies(10, 20, 11, None) and not lies(10, 20, 15, 30)  # straddling either bound
+    assert not lies(None, None, 0, 100)  # a file without its ends recorded: tested key by key

@@ -10,9 +10,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
-from destination.shared.keys import key_tokens
+from destination.shared.keys import integer_keys, key_tokens
 from destination.shared.table_model import ColumnDef, TableDef
 from destination.shared.type_mapping import arrow_schema
 from spark_jobs.merge import key_columns, merge_rows, same_values, taken_in_order
@@ -164,3 +165,26 @@ def _comparable(row: tuple[Any, ...]) -> tuple[Any, ...]:
     """NaN made comparable and -0.0 told from 0.0."""
     return tuple(("nan",) if isinstance(v, float) and math.isnan(v) else (v, math.copysign(1, v))
                  if isinstance(v, float) else v for v in row)
+
+
+# ---- the keys merges match on ------------------------------------------------------------------------------------
+
+def test_integer_keys_match_as_their_tokens_do() -> None:
+    rng = np.random.default_rng(5)
+    long_key, int_key = [ColumnDef("id", "LONG", True)], [ColumnDef("id", "INT", True)]
+    stored = pa.table({"id": pa.array(rng.integers(-2**40, 2**40, 500), pa.int64())})
+    probe = pa.table({"id": pa.concat_arrays([stored.column("id").chunk(0).slice(0, 50),
+                                              pa.array(rng.integers(-2**40, 2**40, 50), pa.int64())])})
+    found = integer_keys([stored, probe], long_key)
+    assert found is not None
+    by_integers = pc.is_in(found[1], value_set=found[0])
+    by_tokens = pc.is_in(key_tokens(probe, long_key), value_set=key_tokens(stored, long_key))  # the oracle
+    assert by_integers.equals(by_tokens) and pc.sum(by_integers).as_py() >= 50
+    narrow = integer_keys([pa.table({"id": pa.array([1, 2], pa.int32())}),
+                           pa.table({"id": pa.array([2, 3], pa.int64())})], int_key)  # widths differ: int64 both
+    assert narrow is not None and [a.type for a in narrow] == [pa.int64(), pa.int64()]
+    with_null = pa.table({"id": pa.array([1, None], pa.int64())})
+    assert integer_keys([stored, with_null], long_key) is None  # NULL keys match as tokens do (NULL_TOKEN)
+    assert integer_keys([pa.table({"id": pa.array(["1"])})], [ColumnDef("id", "STRING", True)]) is None
+    assert integer_keys([pa.table({"a": [1], "b": [2]})], [ColumnDef("a", "INT", True), ColumnDef("b", "INT", True)]) \
+        is None

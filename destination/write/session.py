@@ -36,7 +36,7 @@ SETTINGS = {
     # back to the system after each task and the next one faulted it in again, page by page; on this platform's VMs
     # a fault costs 2-25 µs (the host supplies the page again), and a uniform 1 % change of a 10M-row table spent
     # about two fifths of its workers' CPU in the kernel so (docs/design/write-path.md, "The Python workers")
-    "spark.executorEnv.MIMALLOC_PURGE_DELAY": "-1",
+    "spark.executorEnv.MIMALLOC_PURGE_DELAY": os.environ.get("MIMALLOC_PURGE_DELAY", "-1"),  # the operator's, if set
     # shuffled payloads are Arrow IPC chunks of decoded rows; compressing them cost more time than it saved
     "spark.shuffle.compress": "false",
     # a JVM out of heap exits at once instead of limping on: get_session then sees it dead and starts a new one.

@@ -29,7 +29,7 @@ from destination.shared.key_order import (
     sorted_span,
     within,
 )
-from destination.shared.keys import matching_keys
+from destination.shared.keys import integer_keys, key_tokens
 from destination.shared.on_disk.datafiles import DataFile, align, read_data_file, write_sorted_files
 from destination.shared.on_disk.locations import file_dir
 from destination.shared.records_formats.codec import format_of_name
@@ -39,7 +39,7 @@ from destination.shared.table_model import PARQUET, TableDef
 from spark_jobs.contracts import DecodedCounts, FilesWritten, JobContext, RangeUnit, RunSource, SortedRun, data_rows
 from spark_jobs.history import merge_history_rows
 from spark_jobs.merge import merge_rows
-from spark_jobs.operations import OP, OP_REPLACE, SEQ, file_operations, from_ipc, replace_operations
+from spark_jobs.operations import KEY, OP, OP_REPLACE, SEQ, file_operations, from_ipc, replace_operations
 
 RUN_BATCH_ROWS = 16_384  # rows per record batch of a staged run: the granularity units read runs at
 
@@ -124,7 +124,9 @@ def _must_rewrite(ctx: JobContext, storage: Storage, f: DataFile, ops: pa.Table,
     whole = None if format_of_name(f.name) == PARQUET else read_data_file(storage, where, f.name, size=f.bytes)
     stored_keys = whole.select(key_names) if whole is not None else \
         read_data_file(storage, where, f.name, key_names, f.bytes)
-    stored_matching, wanted = matching_keys([stored_keys, op_keys.filter(pa.array(inside))], table_def.entity_key)
+    integers = integer_keys([stored_keys, op_keys.filter(pa.array(inside))], table_def.entity_key)
+    stored_matching, wanted = integers if integers is not None else \
+        (key_tokens(stored_keys, table_def.entity_key), pc.filter(ops.column(KEY), pa.array(inside)))
     held = bool(pc.any(pc.is_in(stored_matching, value_set=wanted)).as_py())
     if held and whole is not None:
         decoded[f.name] = whole
