@@ -594,3 +594,21 @@ def test_each_variant_writes_exactly_the_text_its_hints_say(variant: str) -> Non
     out = io.BytesIO()
     chosen.write(table, GOLDEN_DEF, out)
     assert gzip.decompress(out.getvalue()) == GOLDEN_TEXT[variant]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("variant, key", [("bluelabs", ""), ("vertica", "a\nb")])
+def test_a_key_value_a_variant_cannot_hold_is_refused_not_nulled(variant: str, key: str) -> None:
+    """A NULLed key would no longer match its row (a later update or delete of it would miss it): the write is
+    refused, naming the table and the key column, and writes nothing; the same value outside the key is NULLed and
+    recorded as before."""
+    table_def = TableDef("t", (ColumnDef("id", "STRING", primary_key=True), ColumnDef("name", "STRING")))
+    rows = pa.table({"id": ["k1", key], "name": [key, "n"], "_destination_meta": [None, None]},
+                    schema=arrow_schema(list(table_def.columns)))
+    out = io.BytesIO()
+    with pytest.raises(BadRequest, match=r"table 't', key column 'id': 1 key value\(s\)"):
+        codec("delimited", variant).write(rows, table_def, out)
+    assert out.getvalue() == b""
+    ok = rows.set_column(0, "id", pa.array(["k1", "k2"]))
+    stored = codec("delimited", variant).write(ok, table_def, io.BytesIO())
+    assert stored.column("name").to_pylist() == [None, "n"] and stored.column("id").to_pylist() == ["k1", "k2"]

@@ -9,6 +9,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import grpc
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -420,3 +421,27 @@ def test_runs_are_staged_with_lz4_when_the_scratch_disk_lacks_room(stub, configu
     got = {x["id"]: x["v"].split()[0] for x in rows_of(configuration, "runs", "lz")}
     assert sorted(got) == list(range(90_000))
     assert all(got[i] == ("updated" if i % 7 == 0 else "more" if i >= 40_000 else "initial") for i in got)
+
+
+def test_a_key_a_delimited_variant_cannot_store_is_refused_and_nothing_committed(stub, configuration, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """bluelabs writes an empty string as the empty field, which reads back as NULL: a value it NULLs and records,
+    but a key it refuses (a NULLed key would no longer match its row); the table stays as it was."""
+    configuration = {**configuration, "records_format": "delimited", "records_variant": "bluelabs"}
+    t = table("k", [("id", "STRING", True), ("v", "STRING"), *SYS])
+    create(stub, configuration, "dk", t)
+    ts = "2024-01-01T00:00:00Z"
+    write(stub, configuration, "dk", t, tmp_path, replace=[{"id": "a", "v": "", "_fivetran_synced": ts,
+                                                            "_fivetran_deleted": "false"}])
+    before = TableStore(open_storage(spec_of(configuration))).load("dk", "k")
+    path = write_csv(tmp_path / "empty-key.csv.zstd.aes", [c.name for c in t.columns],
+                     [{"id": "", "v": "x", "_fivetran_synced": ts, "_fivetran_deleted": "false"}], KEY)
+    request = sdk.WriteBatchRequest(configuration=configuration, schema_name="dk", table=t, file_params=params(),
+                                    replace_files=[str(path)], keys={str(path): KEY})
+    try:
+        answer = str(stub.WriteBatch(request))
+    except grpc.RpcError as e:  # a refused request may come back as a gRPC error or as a task answer
+        answer = str(e.details())
+    assert "key column 'id'" in answer and "table 'k'" in answer, answer
+    after = TableStore(open_storage(spec_of(configuration))).load("dk", "k")
+    assert before is not None and after is not None and after.version == before.version
+    assert [(x["id"], x["v"]) for x in rows_of(configuration, "dk", "k")] == [("a", None)]  # v "" NULLed, recorded

@@ -219,18 +219,23 @@ def _compress(data: bytes, hints: Hints) -> bytes:
 
 def write(table: pa.Table, table_def: TableDef, out: BinaryIO, hints: Hints) -> pa.Table:
     """Write `table` (columns, then `_destination_meta`) as one delimited file; returns the rows as stored: values
-    the variant cannot hold are NULL there and recorded in `_destination_meta`."""
+    the variant cannot hold are NULL there and recorded in `_destination_meta`, but for the key's (BadRequest)."""
     check(table_def, hints)
     schema = arrow_schema(list(table_def.columns))
     table = table.select(schema.names)
     texts: list[pa.Array] = []
     changes: dict[int, list[Failure]] = {}
+    keys = {c.name for c in table_def.entity_key}
     for name in schema.names:
         arr = table.column(name).combine_chunks()
         col = table_def.column(name)
         text, bad = _text(arr, hints, col.type if col else "META")
         if bad is not None and pc.any(pc.fill_null(bad, False)).as_py():
             bad = pc.fill_null(bad, False)
+            if name in keys:  # a NULLed key would no longer match its row: refused, nothing written
+                raise BadRequest(f"table {table_def.name!r}, key column {name!r}: {pc.sum(bad).as_py()} key value(s) "
+                                 "this delimited variant cannot store (empty text, or a character it cannot write); "
+                                 "a key is never NULLed: choose another records_variant or records_format")
             for row in pc.indices_nonzero(bad).to_pylist():
                 changes.setdefault(row, []).append(Failure(row, name, NULLED, SERIALIZATION_ERROR))
             text = pc.if_else(bad, pa.scalar(None, pa.string()), text)
