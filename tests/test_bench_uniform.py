@@ -5,6 +5,9 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from bench import report as report_module
 from bench.report import RESULTS_END, RESULTS_START, write_into
 from bench.results import Measurement, Run, code_version
 from bench.scenarios import requested_groups, selected_groups
@@ -44,7 +47,9 @@ def test_a_uniform_run_writes_its_section_and_keeps_the_full_runs_tables(tmp_pat
     assert text.index(RESULTS_START) < text.index(UNIFORM_START) < text.index(RESULTS_END)
 
 
-def test_a_full_run_replaces_the_uniform_section_with_its_own_tables(tmp_path: Path) -> None:
+def test_a_full_run_replaces_the_uniform_section_with_its_own_tables(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(report_module, "chart", lambda run, path: None)  # the chart needs matplotlib (bench extra)
     report = _report(tmp_path)
     uniform = Run([10_000_000], measurements=[_change("incremental upsert", 6.0, 5.0)], shape={})
     write_into(uniform, {"uniform"}, report)
