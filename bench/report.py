@@ -13,7 +13,6 @@ from typing import Any
 from bench.results import Measurement, Run, pass_key, passed_fields
 from bench.scenarios import SECTIONS
 from bench.soak_report import SOAK_END, SOAK_START, soak_section
-from bench.uniform_report import UNIFORM_END, UNIFORM_GROUP, UNIFORM_START, uniform_section
 from destination.shared.on_disk.options import REFERENCING, default_layout
 
 GIB = 2**30
@@ -426,6 +425,38 @@ def merge_sections(run: Run, path: Path) -> None:
         merge_section(soak_section(run), SOAK_START, SOAK_END, path)
 
 
+UNIFORM_START, UNIFORM_END = "<!-- uniform:start -->", "<!-- uniform:end -->"
+UNIFORM_GROUP = "uniform"
+
+
+def uniform_section(run: Run) -> list[str]:
+    """The uniform changes' section, between markers, so a run of that group alone (the 1 % upsert, update and
+    delete spread over the whole table) replaces it and leaves the last full run's tables as they are: per backend
+    and scale, each change's time against DuckDB's and the in-process pyarrow merge, with the bytes it rewrote."""
+    lines = [UNIFORM_START, "## Uniform changes: the latest run of this group", "",
+             f"Run of {time.strftime('%Y-%m-%d %H:%M', time.localtime(run.started))} on the code at "
+             f"`{run.shape.get('code') or 'not recorded'}` (`scripts/bench --scenarios uniform`): a 1 % change spread "
+             "uniformly over the big table, so every stored file is rewritten; DuckDB merged the same change just "
+             f"before, in the same pass. Target: at most {DUCKDB_UNIFORM_TARGET}× DuckDB's time. These figures are newer "
+             "than the full run's tables above.", ""]
+    changes = [m for m in run.measurements if m.group == UNIFORM_GROUP]
+    for scale, backend in sorted({(m.scale, m.backend) for m in changes}):
+        lines += [f"### Uniform changes: {backend}, {scale:,} rows", "",
+                  f"Configuration fields passed to the server: {passed_fields(run, pass_key(backend, scale))}.", "",
+                  "| change | rows | seconds | DuckDB s | ratio to DuckDB | pyarrow s | files rewritten / in table "
+                  "| rewritten MB | peak memory GiB |", "|---|---:|---:|---:|---|---:|---|---:|---:|"]
+        for m in (m for m in changes if (m.scale, m.backend) == (scale, backend)):
+            duck, target = duckdb_ratio(m)
+            lines.append(f"| {m.scenario} | {m.rows:,} | {m.seconds:.1f} | "
+                         f"{'' if m.duckdb_seconds is None else f'{m.duckdb_seconds:.1f}'} | "
+                         f"{'' if duck is None else f'{duck:.2f}×{_mark(duck <= target)}'} | "
+                         f"{'' if m.baseline_seconds is None else f'{m.baseline_seconds:.1f}'} | "
+                         f"{m.files_rewritten} / {m.files_after} | {m.bytes_rewritten / 1e6:,.1f} | "
+                         f"{m.peak_total / GIB:.2f} |")
+        lines.append("")
+    return [*lines, UNIFORM_END]
+
+
 def write_into(run: Run, requested: set[str], path: Path) -> str:
     """Write what a run of the `requested` groups (as asked for, without the groups they bring) measured into the
     report at `path`, and say what was written: the fleet and soak sections, or the uniform changes' section, alone
@@ -434,7 +465,7 @@ def write_into(run: Run, requested: set[str], path: Path) -> str:
         merge_sections(run, path)
         return f"{' and '.join(sorted(requested))} section(s) written into {path}"
     if requested == {UNIFORM_GROUP}:
-        merge_section(uniform_section(run, DUCKDB_UNIFORM_TARGET), UNIFORM_START, UNIFORM_END, path)
+        merge_section(uniform_section(run), UNIFORM_START, UNIFORM_END, path)
         return f"uniform section written into {path}"
     write_report(run, path)
     return f"report written to {path}"

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from destination.shared import row_meta
 from destination.shared.key_order import sort_keys
-from destination.shared.keys import integer_keys, key_tokens, run_start_index
+from destination.shared.keys import matched_keys, run_start_index
 from destination.shared.table_model import DESTINATION_META, ColumnDef, TableDef
 from destination.shared.type_mapping import arrow_schema
 from spark_jobs.operations import CHANGES, KEY, OP, OP_DELETE, OP_REPLACE, OP_UPDATE, SEQ, UNMOD
@@ -77,7 +77,7 @@ class _State:
     rows after every round and sorting them again afterwards cost more than the merge itself: measured)."""
 
     rows: pa.Table
-    keys: pa.ChunkedArray  # each row's key token, or its integer key (destination.shared.keys.integer_keys)
+    keys: pa.ChunkedArray  # each row's key as destination.shared.keys.matched_keys gives it
     alive: np.ndarray  # bool per row
     stored: int  # how many of the first rows are the stored ones (the rest the merge appended)
 
@@ -183,31 +183,18 @@ def _apply_round(state: _State, ops: pa.Table, table_def: TableDef, version: int
     state.append(pa.Table.from_arrays(arrays, schema=schema), new_ops.column(KEY).combine_chunks(), touched)
 
 
-def _integer_key(ops: pa.Table, table_def: TableDef) -> np.ndarray | None:
-    """The operations' key as integers, when it is one integer column (equal integers are equal key tokens)."""
-    key = key_columns(table_def)
-    if len(key) != 1 or key[0].type not in ("SHORT", "INT", "LONG") or key[0].name not in ops.column_names:
-        return None
-    values = ops.column(key[0].name)
-    return None if values.null_count else values.to_numpy()
-
-
 def merge_rows(stored: pa.Table, ops: pa.Table, table_def: TableDef, version: int,
                  track_changes: bool = False) -> MergeResult:
     """Apply `ops` (one key range of one request) to `stored` (the range's rows that may be affected); the
     result's rows are in key order."""
     schema = arrow_schema(table_def.columns)
     initial = stored.select(schema.names).cast(schema) if stored.num_rows else schema.empty_table()
-    integers = integer_keys([initial, ops], key_columns(table_def))
-    if integers is not None:
-        initial_keys, op_keys = integers
-        ops = ops.set_column(ops.schema.get_field_index(KEY), KEY, op_keys)  # matched as the stored keys are
-    else:
-        initial_keys = key_tokens(initial, key_columns(table_def)) if initial.num_rows else pa.array([], pa.string())
-        op_keys = ops.column(KEY).combine_chunks()
+    initial_keys, op_keys = matched_keys(initial, ops, ops.column(KEY), key_columns(table_def))
+    ops = ops.set_column(ops.schema.get_field_index(KEY), KEY, op_keys)  # matched as the stored keys are
     state = _State(initial, pa.chunked_array([initial_keys]), np.ones(initial.num_rows, dtype=bool), initial.num_rows)
     counts = MergeCounts()
-    occ = occurrence(op_keys, ops.column(SEQ).combine_chunks(), _integer_key(ops, table_def))
+    integers = op_keys.to_numpy() if pa.types.is_integer(op_keys.type) else None
+    occ = occurrence(op_keys, ops.column(SEQ).combine_chunks(), integers)
     rounds = int(occ.max()) + 1 if len(occ) else 0
     for r in range(rounds):
         round_ops = ops if rounds == 1 else ops.filter(pa.array(occ == r))

@@ -1,5 +1,6 @@
-"""A benchmark run of the uniform group alone writes its own section of docs/BENCHMARKS.md (bench/uniform_report.py),
-leaving the last full run's tables and the hand-written analysis as they are; a full run's results replace it."""
+"""A benchmark run of the uniform group alone writes its own section of docs/BENCHMARKS.md (`uniform_section` in
+bench/report.py), leaving the last full run's tables and the hand-written analysis as they are; a full run's results
+replace it."""
 from __future__ import annotations
 
 import subprocess
@@ -8,10 +9,9 @@ from pathlib import Path
 import pytest
 
 from bench import report as report_module
-from bench.report import RESULTS_END, RESULTS_START, write_into
+from bench.report import RESULTS_END, RESULTS_START, UNIFORM_END, UNIFORM_START, write_into
 from bench.results import Measurement, Run, code_version
 from bench.scenarios import requested_groups, selected_groups
-from bench.uniform_report import UNIFORM_END, UNIFORM_START
 
 
 def _change(scenario: str, seconds: float, duckdb: float) -> Measurement:

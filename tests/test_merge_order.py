@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from destination.shared.keys import integer_keys, key_tokens
+from destination.shared.keys import key_tokens, matched_keys
 from destination.shared.table_model import ColumnDef, TableDef
 from destination.shared.type_mapping import arrow_schema
 from spark_jobs.merge import key_columns, merge_rows, same_values, taken_in_order
@@ -175,16 +175,24 @@ def test_integer_keys_match_as_their_tokens_do() -> None:
     stored = pa.table({"id": pa.array(rng.integers(-2**40, 2**40, 500), pa.int64())})
     probe = pa.table({"id": pa.concat_arrays([stored.column("id").chunk(0).slice(0, 50),
                                               pa.array(rng.integers(-2**40, 2**40, 50), pa.int64())])})
-    found = integer_keys([stored, probe], long_key)
-    assert found is not None
-    by_integers = pc.is_in(found[1], value_set=found[0])
-    by_tokens = pc.is_in(key_tokens(probe, long_key), value_set=key_tokens(stored, long_key))  # the oracle
+    probe_tokens = key_tokens(probe, long_key)
+    stored_keys, probe_keys = matched_keys(stored, probe, probe_tokens, long_key)
+    assert stored_keys.type == probe_keys.type == pa.int64()  # the integers themselves
+    by_integers = pc.is_in(probe_keys, value_set=stored_keys)
+    by_tokens = pc.is_in(probe_tokens, value_set=key_tokens(stored, long_key))  # the oracle
     assert by_integers.equals(by_tokens) and pc.sum(by_integers).as_py() >= 50
-    narrow = integer_keys([pa.table({"id": pa.array([1, 2], pa.int32())}),
-                           pa.table({"id": pa.array([2, 3], pa.int64())})], int_key)  # widths differ: int64 both
-    assert narrow is not None and [a.type for a in narrow] == [pa.int64(), pa.int64()]
+    narrow = matched_keys(pa.table({"id": pa.array([1, 2], pa.int32())}), pa.table({"id": pa.array([2, 3], pa.int64())}),
+                          pa.array(["2", "3"]), int_key)  # widths differ: int64 both
+    assert [a.type for a in narrow] == [pa.int64(), pa.int64()]
+
+    def by_tokens_given(stored: pa.Table, operations: pa.Table, key: list[ColumnDef]) -> bool:
+        tokens = key_tokens(operations, key)
+        found = matched_keys(stored, operations, tokens, key)
+        return found[0].equals(key_tokens(stored, key)) and found[1] is tokens  # the tokens given, not made again
+
     with_null = pa.table({"id": pa.array([1, None], pa.int64())})
-    assert integer_keys([stored, with_null], long_key) is None  # NULL keys match as tokens do (NULL_TOKEN)
-    assert integer_keys([pa.table({"id": pa.array(["1"])})], [ColumnDef("id", "STRING", True)]) is None
-    assert integer_keys([pa.table({"a": [1], "b": [2]})], [ColumnDef("a", "INT", True), ColumnDef("b", "INT", True)]) \
-        is None
+    assert by_tokens_given(stored, with_null, long_key)  # NULL keys match as tokens do (NULL_TOKEN)
+    text = [ColumnDef("id", "STRING", True)]
+    assert by_tokens_given(pa.table({"id": ["1", "2"]}), pa.table({"id": ["1"]}), text)
+    pair = [ColumnDef("a", "INT", True), ColumnDef("b", "INT", True)]
+    assert by_tokens_given(pa.table({"a": [1], "b": [2]}), pa.table({"a": [1], "b": [3]}), pair)

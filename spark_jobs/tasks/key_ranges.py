@@ -29,7 +29,7 @@ from destination.shared.key_order import (
     sorted_span,
     within,
 )
-from destination.shared.keys import integer_keys, key_tokens
+from destination.shared.keys import matched_keys
 from destination.shared.on_disk.datafiles import DataFile, align, read_data_file, write_sorted_files
 from destination.shared.on_disk.locations import file_dir
 from destination.shared.records_formats.codec import format_of_name
@@ -124,9 +124,9 @@ def _must_rewrite(ctx: JobContext, storage: Storage, f: DataFile, ops: pa.Table,
     whole = None if format_of_name(f.name) == PARQUET else read_data_file(storage, where, f.name, size=f.bytes)
     stored_keys = whole.select(key_names) if whole is not None else \
         read_data_file(storage, where, f.name, key_names, f.bytes)
-    integers = integer_keys([stored_keys, op_keys.filter(pa.array(inside))], table_def.entity_key)
-    stored_matching, wanted = integers if integers is not None else \
-        (key_tokens(stored_keys, table_def.entity_key), pc.filter(ops.column(KEY), pa.array(inside)))
+    mask = pa.array(inside)
+    stored_matching, wanted = matched_keys(stored_keys, op_keys.filter(mask), pc.filter(ops.column(KEY), mask),
+                                           table_def.entity_key)
     held = bool(pc.any(pc.is_in(stored_matching, value_set=wanted)).as_py())
     if held and whole is not None:
         decoded[f.name] = whole
