@@ -161,6 +161,27 @@ def test_merges_of_updates_replaces_and_deletes_match_the_model(seed: int, key_t
     assert result.column("id").to_pylist() == sorted(result.column("id").to_pylist())  # in key order
 
 
+@pytest.mark.parametrize("key_type", ["LONG", "STRING"])
+def test_deletes_and_updates_of_absent_keys_alone_match_the_model(key_type: str) -> None:
+    """A change that appends no row (the stored rows stay in their order; the dead ones are filtered out)."""
+    rng = random.Random(7)
+    table_def = _table(key_type)
+    key: Any = (lambda k: f"k{k:04d}") if key_type == "STRING" else (lambda k: k)
+    stored = {key(k): {"id": key(k), "name": rng.choice(["a", "b", None]), "score": rng.choice([0.0, -0.0, math.nan]),
+                       "n": rng.randrange(3)} for k in range(0, 400, 2)}
+    requests: list[tuple[int, dict[str, Any], set[str]]] = []
+    for k in rng.sample(range(0, 420), 80):
+        op = OP_DELETE if k % 2 == 0 or k > 400 else OP_UPDATE  # updates of odd keys: none is stored
+        requests.append((op, {"id": key(k), "name": "z", "score": 1.0, "n": 9}, set()))
+    table = pa.Table.from_pylist([{**r, "_destination_meta": json.dumps({"version": 1})} for r in stored.values()],
+                                 schema=arrow_schema(table_def.columns))
+    result = merge_rows(table, _operations(requests, table_def), table_def, version=2)
+    got = [(r["id"], r["name"], r["score"], r["n"]) for r in result.table.to_pylist()]
+    assert [_comparable(r) for r in got] == [_comparable(r) for r in _model(stored, requests)]  # in key order too
+    assert result.counts.deleted == sum(1 for op, v, _ in requests if op == OP_DELETE and v["id"] in stored) > 0
+    assert result.counts.ignored == sum(1 for op, v, _ in requests if v["id"] not in stored) > 0
+
+
 def _comparable(row: tuple[Any, ...]) -> tuple[Any, ...]:
     """NaN made comparable and -0.0 told from 0.0."""
     return tuple(("nan",) if isinstance(v, float) and math.isnan(v) else (v, math.copysign(1, v))

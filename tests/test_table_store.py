@@ -216,6 +216,35 @@ def test_only_columns_whose_values_repeat_are_dictionary_encoded(storage: Storag
     assert read_data_file(storage, "d", names[0]).equals(rows)
 
 
+def test_the_dictionary_choice_counts_distinct_values_of_the_sample_without_nulls() -> None:
+    """The rule at its edge, against a model in plain Python: a column is dictionary encoded when at most half of
+    the sample's rows hold distinct non-NULL values; NULLs, however many, are not a value of their own."""
+    from destination.shared.on_disk.datafiles import DICTIONARY_SAMPLE_ROWS, dictionary_columns
+
+    n = DICTIONARY_SAMPLE_ROWS
+    half = n // 2
+    columns = {
+        "half_and_nulls": [None if i % 2 else f"v{i}" for i in range(n)],  # n/2 distinct values, n/2 NULLs
+        "one_over_half": [f"v{i}" if i <= half else "same" for i in range(n)],  # n/2 + 2 distinct values
+        "half_exactly": [i // 2 for i in range(n)],
+        "all_null": [None] * n,
+        "floats": [(-0.0 if i % 3 else 0.0) if i % 2 else float(i) for i in range(n)],
+    }
+    tails = {"half_and_nulls": [f"t{i}" for i in range(100)], "one_over_half": [f"t{i}" for i in range(100)],
+             "half_exactly": list(range(n, n + 100)), "all_null": [f"t{i}" for i in range(100)],
+             "floats": [float(n + i) for i in range(100)]}  # distinct values after the sample: they do not count
+    table = pa.table({name: pa.array(values + tails[name], pa.string() if name == "all_null" else None)
+                      for name, values in columns.items()})
+
+    def model(values: list[object]) -> bool:
+        distinct = {(v, str(v)) for v in values if v is not None}  # Arrow tells 0.0 and -0.0 apart, as str does
+        return len(distinct) * 2 <= len(values)
+
+    expected = [name for name, values in columns.items() if model(values)]
+    assert expected == ["half_and_nulls", "half_exactly", "all_null"]  # the model itself, at the rule's edge
+    assert dictionary_columns(table) == expected
+
+
 def test_a_writer_whose_claim_was_taken_over_leaves_the_takers_version_as_committed(store: TableStore) -> None:
     """A writer that outlived its claim (another writer took the version over and committed it while this one
     prepared it) must not write its metadata into the committed version's directory: it finds the claim lost before

@@ -46,7 +46,14 @@ def dictionary_columns(table: pa.Table) -> list[str]:
     if not sample.num_rows:
         return []
     return [name for name, values in zip(sample.column_names, sample.columns, strict=True)
-            if pc.count_distinct(values).as_py() * 2 <= sample.num_rows]
+            if _distinct_values(values) * 2 <= sample.num_rows]
+
+
+def _distinct_values(values: pa.ChunkedArray) -> int:
+    """How many distinct non-NULL values: `pc.count_distinct`'s count, from the length of `pc.unique` (which lists
+    NULL once when there is one), a third cheaper. Measured on a small sync's 20,000-row file of the benchmark's 23
+    columns: the choice took 5.3 ms that way, about as long as writing the file (6.7 ms), and 3.5 ms this way."""
+    return len(pc.unique(values)) - (1 if values.null_count else 0)
 
 
 def write_options(table: pa.Table) -> dict[str, Any]:
