@@ -29,6 +29,7 @@ def test_the_choice_defaults_to_parquet_and_takes_avro_and_the_delimited_variant
     assert bluelabs.overrides == (("compression", None), ("header-row", True))
     assert bluelabs.codec.hints["compression"] is None and bluelabs.codec.suffix == ".csv"
     assert records_choice({**CSV_ISO, "records_compression": "bzip"}).codec.suffix == ".csv.bz2"
+    assert records_choice({**CSV_ISO, "records_header_row": "FALSE"}).codec.hints["header-row"] is False
 
 
 @pytest.mark.parametrize(("configuration", "field", "cause"), [
@@ -38,6 +39,7 @@ def test_the_choice_defaults_to_parquet_and_takes_avro_and_the_delimited_variant
     ({"records_format": "delimited", "records_variant": "csv"}, "records_dateformat", "two-digit year"),
     ({**CSV_ISO, "records_datetimeformattz": "MM/DD/YY HH24:MI"}, "records_datetimeformattz", "refused"),
     ({**CSV_ISO, "records_compression": "lzo"}, "records_compression", "LZO"),
+    ({**CSV_ISO, "records_header_row": "yes"}, "records_header_row", "'yes' is neither true nor false"),
 ])
 def test_a_refused_choice_names_its_field_and_cause(configuration: dict[str, str], field: str, cause: str) -> None:
     with pytest.raises(UserActionRequired, match=f"configuration field '{field}'.*{cause}"):

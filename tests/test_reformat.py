@@ -220,6 +220,8 @@ def test_bad_input_names_the_table_and_cause_and_writes_nothing(stub, configurat
         (["bad.b", "--records-format", "delimited", "--records-variant", "csv"], ["bad.b", "--records-hint dateformat"]),
         (["bad.b", "--records-format", "delimited", "--records-variant", "bluelabs", "--records-hint", "compression=LZO"],
          ["bad.b", "--records-hint compression", "LZO"]),
+        (["bad.b", "--records-format", "delimited", "--records-variant", "bluelabs", "--records-hint", "header-row=yes"],
+         ["bad.b", "--records-hint header-row", "'yes' is neither true nor false"]),
         (["bad.b", "--records-format", "delimited", "--records-variant", "bluelabs", "--records-hint", "quote=x"],
          ["--records-hint 'quote=x'", "HINT=VALUE"]),
         (["bad.b", "--records-format", "delimited", "--records-variant", "bluelabs"],

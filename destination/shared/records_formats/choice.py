@@ -41,6 +41,8 @@ class RecordsChoice:
 
 def _hint_value(hint: str, text: str) -> records_hints.HintValue:
     if hint == "header-row":
+        if text.lower() not in ("true", "false"):
+            raise BadRequest(f"header-row {text!r} is neither true nor false")
         return text.lower() == "true"
     if hint == "compression" and text.lower() == NONE:
         return None
@@ -68,7 +70,10 @@ def records_choice(configuration: Mapping[str, str],
     for hint, name in HINT_FIELDS.items():
         text = (configuration.get(name) or "").strip()
         if text and text.lower() != DEFAULT:
-            overrides[hint] = _hint_value(hint, text)
+            try:
+                overrides[hint] = _hint_value(hint, text)
+            except BadRequest as e:
+                raise UserActionRequired(f"{named(name)}: {e}") from None
     choice = RecordsChoice(fmt, variant, tuple(overrides.items()))
     try:
         choice.codec  # noqa: B018 - resolving the hints checks them
