@@ -122,6 +122,56 @@ def test_records_mover_reads_change_directories(stub, tmp_path: Path, changes: s
     assert entry["meta"]["content_length"] == Path(entry["url"].removeprefix("file://")).stat().st_size
 
 
+def test_a_delimited_tables_change_files_hold_its_values_as_stored(stub, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """bluelabs stores an empty string as NULL (and records it in `_destination_meta`): the change file says NULL,
+    as the table does, and the same row sent again changes nothing, so it is no event. The change files are read
+    by pyarrow."""
+    import pyarrow.parquet as pq
+
+    configuration = {"root": str(tmp_path / "root"), "changes": "parquet", "records_format": "delimited",
+                     "records_variant": "bluelabs"}
+    t = table("region", REGION)
+    create(stub, configuration, "dl", t)
+    row = {"r_regionkey": "1", "r_comment": "", "r_name": "n"}
+    write(stub, configuration, "dl", t, tmp_path, replace=[row])  # version 2
+    write(stub, configuration, "dl", t, tmp_path, replace=[row])  # version 3: the same row again
+    assert [(r["r_comment"], r["r_name"]) for r in rows_of(configuration, "dl", "region")] == [(None, "n")]
+    storage = open_storage(spec_of(configuration))
+    prefix = layout.table_prefix("dl", "region")
+
+    def events(version: int) -> list[dict[str, Any]]:
+        directory = layout.changes_dir(prefix, version)
+        entries = json.loads(storage.read_bytes(f"{directory}/_manifest"))["entries"]
+        root = Path(configuration["root"])
+        return [r for e in entries for r in pq.read_table(root / directory / e["url"].rsplit("/", 1)[-1]).to_pylist()]
+
+    (inserted,) = events(2)
+    assert (inserted["_change_type"], inserted["r_regionkey"], inserted["r_comment"]) == ("insert", 1, None)
+    assert events(3) == []
+
+
+def test_a_delimited_tables_snapshot_change_files_hold_its_values_as_stored(stub, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A migration's version has snapshot change files (every row of the new version): a column added with the
+    default '' to a bluelabs table is NULL in the table (the variant cannot hold '') and so in the snapshot."""
+    import pyarrow.parquet as pq
+
+    configuration = {"root": str(tmp_path / "root"), "changes": "parquet", "records_format": "delimited",
+                     "records_variant": "bluelabs"}
+    t = table("region", REGION)
+    create(stub, configuration, "dl", t)
+    write(stub, configuration, "dl", t, tmp_path, replace=[{"r_regionkey": "1", "r_comment": "c", "r_name": "n"}])
+    details = sdk.MigrationDetails(schema="dl", table="region")
+    added = details.add.add_column_with_default_value
+    added.column, added.column_type, added.default_value = "extra", common.DataType.Value("STRING"), ""
+    assert stub.Migrate(sdk.MigrateRequest(configuration=configuration, details=details)).success  # version 3
+    assert [r["extra"] for r in rows_of(configuration, "dl", "region")] == [None]
+    storage = open_storage(spec_of(configuration))
+    directory = layout.changes_dir(layout.table_prefix("dl", "region"), 3)
+    (entry,) = json.loads(storage.read_bytes(f"{directory}/_manifest"))["entries"]
+    (row,) = pq.read_table(Path(configuration["root"]) / directory / entry["url"].rsplit("/", 1)[-1]).to_pylist()
+    assert (row["r_regionkey"], row["r_comment"], row["extra"]) == (1, "c", None)
+
+
 # ---- atomicity, retention, retries (the write path with a store that crashes on demand) -----------------------
 
 TABLE = TableDef("events", (ColumnDef("id", "LONG", True), ColumnDef("v", "STRING"),

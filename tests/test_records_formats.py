@@ -612,3 +612,61 @@ def test_a_key_value_a_variant_cannot_hold_is_refused_not_nulled(variant: str, k
     ok = rows.set_column(0, "id", pa.array(["k1", "k2"]))
     stored = codec("delimited", variant).write(ok, table_def, io.BytesIO())
     assert stored.column("name").to_pylist() == [None, "n"] and stored.column("id").to_pylist() == ["k1", "k2"]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("variant", "overrides"), [("bluelabs", {}), ("bigquery", {"header-row": False}),
+                                                    ("vertica", {}), ("bluelabs", {"encoding": "UTF16"}),
+                                                    ("csv", {**CSV_ISO, "encoding": "UTF8BOM", "header-row": False})])
+def test_a_first_value_that_begins_with_a_byte_order_mark_keeps_it(variant: str, overrides: dict[str, Any]) -> None:
+    """Without a header row the first record's first value starts the file's text; Arrow's CSV parser drops a BOM
+    there. The value reads back whole, as Python's csv module reads it from the hints alone."""
+    table_def = TableDef("t", (ColumnDef("code", "STRING", primary_key=True), ColumnDef("note", "STRING")))
+    rows = pa.table({"code": ["\ufeffA-1", "B-2"], "note": ["\ufeffx", "y"], META: [None, None]},
+                    schema=arrow_schema(list(table_def.columns)))
+    chosen = codec("delimited", variant, overrides)
+    out = io.BytesIO()
+    chosen.write(rows, table_def, out)
+    hints = json.loads(chosen.format_content())["hints"]
+    assert [r["code"] for r in oracle_rows(out.getvalue(), hints, table_def)] == ["\ufeffA-1", "B-2"]  # the oracle
+    assert chosen.read(io.BytesIO(out.getvalue()), table_def).to_pylist() == rows.to_pylist()
+
+
+DAMAGED = TableDef("orders", (ColumnDef("id", "LONG", primary_key=True), ColumnDef("flag", "BOOLEAN"),
+                              ColumnDef("at", "NAIVE_TIME"), ColumnDef("n", "INT")))
+
+
+@pytest.mark.parametrize(("record", "column"), [
+    ("1,True,12:00:00.500000,7,", "flag"), ("1,yes,12:00:00.500000,7,", "flag"),
+    ("1,true,12:00:00,7,", "at"), ("1,true,12:00:00.5,7,", "at"), ("1,true,25:61:00.000000,7,", "at"),
+    ("1,true,12:00:00.000000,x9x,", "n"), ("1,true,12:00:00.000000,2147483648,", "n"),
+    ("1,true,12:00:00.000000,7,,toomany", None),
+])
+def test_a_damaged_delimited_file_is_refused_naming_the_file_table_and_column_not_the_value(
+        tmp_path: Path, record: str, column: str | None) -> None:
+    """A value this codec would not have written (another writer's boolean spelling, a time without its six-digit
+    fraction or beyond the day, a number out of range) is refused, never read as another value; the error names where,
+    and leaves the value out (row data)."""
+    from destination.shared.on_disk.datafiles import read_data_file
+    from destination.shared.on_disk.records import TABLE_JSON
+    from destination.shared.records_formats.choice import records_choice
+    from destination.shared.storage.base import StorageSpec
+    from destination.shared.storage.local import LocalStorage
+
+    chosen = codec("delimited", "bluelabs", {"compression": None})
+    good = io.BytesIO()
+    chosen.write(pa.table({"id": [1], "flag": [True], "at": [dt.time(12, 0, 0, 500000)], "n": [7], META: [None]},
+                          schema=arrow_schema(list(DAMAGED.columns))), DAMAGED, good)
+    assert good.getvalue() == b"1,true,12:00:00.500000,7,\n"  # what the codec writes: the damage below is real
+    storage = LocalStorage(StorageSpec(str(tmp_path)))
+    table_def = records_choice({"records_format": "delimited", "records_variant": "bluelabs",
+                                "records_compression": "none"}).stamp(DAMAGED)
+    storage.write_bytes(f"v1/{TABLE_JSON}", json.dumps({"table": table_def.to_json()}).encode())
+    storage.write_bytes("v1/b0000-x.csv", (record + "\n").encode())
+    with pytest.raises(BadRequest) as refused:
+        read_data_file(storage, "v1", "b0000-x.csv")
+    message = str(refused.value)
+    assert "b0000-x.csv" in message and "table 'orders'" in message
+    assert column is None or f"column {column!r}" in message
+    for value in ("True", "yes", "x9x", "2147483648", "25:61", "toomany", "12:00:00.5"):
+        assert value not in message, message

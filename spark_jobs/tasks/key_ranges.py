@@ -32,7 +32,7 @@ from destination.shared.key_order import (
 from destination.shared.keys import matched_keys
 from destination.shared.on_disk.datafiles import DataFile, align, read_data_file, write_sorted_files
 from destination.shared.on_disk.locations import file_dir
-from destination.shared.records_formats.codec import format_of_name
+from destination.shared.records_formats.codec import format_of_name, table_codec
 from destination.shared.storage.base import Storage
 from destination.shared.storage.opening import open_storage
 from destination.shared.table_model import PARQUET, TableDef
@@ -181,7 +181,10 @@ def merge_range_task(ctx: JobContext, unit: RangeUnit) -> FilesWritten:
     changes: tuple[ChangeFile, ...] = ()
     target = ctx.changes
     if target is not None and ctx.tracks_row_changes and result.before is not None and result.after is not None:
-        paired = pair_changes(result.before, result.after, table_def, target.settings.emit_noop_updates)
+        # the rows written as the table's files hold them (a delimited variant NULLs what it cannot hold): the events
+        # say what a reader of the table reads, and a row sent again as stored is no change
+        after = table_codec(table_def).as_stored(result.after, table_def)
+        paired = pair_changes(result.before, after, table_def, target.settings.emit_noop_updates)
         counts["noop_updates"] = paired.noop_updates
         part = write_events(storage, target, table_def, unit.tag, paired.events)
         changes = (part,) if part else ()

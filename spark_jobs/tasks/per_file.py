@@ -52,8 +52,8 @@ def _finish(storage: Storage, ctx: JobContext, table: pa.Table, table_def: Table
     changes: tuple[ChangeFile, ...] = ()
     target = ctx.changes
     if target is not None:
-        if target.kind == KIND_SNAPSHOT:
-            part = write_snapshot(storage, target, table_def, bucket, table)
+        if target.kind == KIND_SNAPSHOT:  # the rows as the new file holds them (a delimited variant NULLs some)
+            part = write_snapshot(storage, target, table_def, bucket, table_codec(table_def).as_stored(table, table_def))
         else:
             part = write_events(storage, target, table_def, bucket, events or empty_events(table_def))
         changes = (part,) if part else ()

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from destination.shared.errors import BadRequest
 from destination.shared.field_ids import data_file_schema
 from destination.shared.key_order import first_and_last
 from destination.shared.keys import key_tokens, run_starts
@@ -261,7 +262,10 @@ def read_data_file(storage: Storage, directory: str, name: str, columns: list[st
             return pq.read_table(source, columns=columns)
     table_def = written_under(storage, directory)
     with storage.open_input(f"{directory}/{name}", size) as source:
-        table = table_codec(table_def).read(source, table_def)
+        try:
+            table = table_codec(table_def).read(source, table_def)
+        except BadRequest as e:  # the codec names the table and column: the file is named here
+            raise BadRequest(f"{storage.url(f'{directory}/{name}')}: {e}") from None
     return table.select(columns) if columns is not None else table
 
 

@@ -55,6 +55,13 @@ class Codec:
             return delimited.write(table, table_def, out, self.hints)
         raise BadRequest(f"records_format {self.records_format!r}: the Parquet writer is the data-file writer's")
 
+    def as_stored(self, table: pa.Table, table_def: TableDef) -> pa.Table:
+        """`table`'s rows as `write` stores them (delimited: values it cannot hold NULLed and recorded); Parquet and
+        Avro store every value as it is."""
+        if self.records_format == "delimited":
+            return delimited.as_stored(table, table_def, self.hints)
+        return table
+
     def unheld(self, table: pa.Table, table_def: TableDef) -> dict[str, int]:
         """Column → how many of `table`'s values this format would not store as they are (delimited variants: empty
         text and binary, characters they cannot write); Parquet and Avro hold every value."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bz2
 import io
+from codecs import BOM_UTF8
 from decimal import Decimal
 from typing import BinaryIO
 
@@ -217,9 +218,15 @@ def _compress(data: bytes, hints: Hints) -> bytes:
     return data
 
 
-def write(table: pa.Table, table_def: TableDef, out: BinaryIO, hints: Hints) -> pa.Table:
-    """Write `table` (columns, then `_destination_meta`) as one delimited file; returns the rows as stored: values
-    the variant cannot hold are NULL there and recorded in `_destination_meta`, but for the key's (BadRequest)."""
+def as_stored(table: pa.Table, table_def: TableDef, hints: Hints) -> pa.Table:
+    """`table`'s rows as `write` stores them and a reader reads them back: the values the variant cannot hold NULL,
+    each recorded in `_destination_meta`; a key's is refused (BadRequest). What a change file says of a row must be
+    what the table holds."""
+    return _stored(table, table_def, hints)[0]
+
+
+def _stored(table: pa.Table, table_def: TableDef, hints: Hints) -> tuple[pa.Table, list[pa.Array]]:
+    """The rows as stored (`as_stored`) and each column's text as written."""
     check(table_def, hints)
     schema = arrow_schema(list(table_def.columns))
     table = table.select(schema.names)
@@ -247,6 +254,14 @@ def write(table: pa.Table, table_def: TableDef, out: BinaryIO, hints: Hints) -> 
         meta = row_meta.add_changes(table.column(DESTINATION_META).combine_chunks(), changes, version=None)
         table = table.set_column(meta_at, DESTINATION_META, meta)
         texts[meta_at] = meta
+    return table, texts
+
+
+def write(table: pa.Table, table_def: TableDef, out: BinaryIO, hints: Hints) -> pa.Table:
+    """Write `table` (columns, then `_destination_meta`) as one delimited file; returns the rows as stored
+    (`as_stored`)."""
+    table, texts = _stored(table, table_def, hints)
+    schema = arrow_schema(list(table_def.columns))
     free_text = [pa.types.is_string(f.type) for f in schema]
     body = _records_bytes(texts, free_text, hints)
     if hints["header-row"]:
@@ -254,6 +269,16 @@ def write(table: pa.Table, table_def: TableDef, out: BinaryIO, hints: Hints) -> 
     encoding = PYTHON_ENCODING[str(hints["encoding"])]
     out.write(_compress(body if encoding == "utf-8" else body.decode("utf-8").encode(encoding), hints))
     return table
+
+
+def _arrow_owned(data: bytes) -> pa.Buffer:
+    """`data` copied into memory Arrow owns. Arrow's CSV reader drops its last reference to its input on one of its
+    threads, after `read_csv` has returned; releasing Python's bytes there takes the GIL, and when that happens as
+    the interpreter exits the process aborts (exit status 134 after its work was done: 1 run in 6-15 of a script
+    writing and reading one bluelabs file)."""
+    sink = pa.BufferOutputStream()
+    sink.write(data)
+    return sink.getvalue()
 
 
 def _columns(data: bytes, names: list[str], hints: Hints, table: str) -> list[pa.Array]:
@@ -267,6 +292,8 @@ def _columns(data: bytes, names: list[str], hints: Hints, table: str) -> list[pa
         data = data.replace(terminator.encode("utf-8"), b"\n")
     if not data and not header:  # a table's zero-row file (Arrow's parser refuses an empty input)
         return [pa.array([], pa.string()) for _ in names]
+    if data.startswith(BOM_UTF8):  # Arrow's parser drops a BOM that starts its input; here it is the first value's
+        data = BOM_UTF8 + data
     quoted = hints["quoting"] is not None
     parse = pacsv.ParseOptions(delimiter=delimiter, quote_char=str(hints["quotechar"]) if quoted else False,
                                double_quote=bool(hints["doublequote"]), escape_char=hints["escape"] or False,
@@ -275,9 +302,10 @@ def _columns(data: bytes, names: list[str], hints: Hints, table: str) -> list[pa
     convert = pacsv.ConvertOptions(column_types={n: pa.string() for n in names}, strings_can_be_null=True,
                                    null_values=[""], quoted_strings_can_be_null=True)
     try:
-        parsed = pacsv.read_csv(io.BytesIO(data), read_options, parse, convert)
-    except pa.ArrowInvalid as e:
-        raise BadRequest(f"table {table!r}: a delimited data file does not parse: {e}") from None
+        parsed = pacsv.read_csv(pa.BufferReader(_arrow_owned(data)), read_options, parse, convert)
+    except pa.ArrowInvalid as e:  # Arrow's message ends with the record's text: row data, left out
+        reason = ": ".join(str(e).split(": ")[:2])
+        raise BadRequest(f"table {table!r}: a delimited data file does not parse: {reason}") from None
     found = parsed.column_names
     columns = [parsed.column(i).combine_chunks() for i in range(parsed.num_columns)]
     if found != names or len(columns) != len(names):
@@ -285,14 +313,27 @@ def _columns(data: bytes, names: list[str], hints: Hints, table: str) -> list[pa
     return columns
 
 
+_TIME_TEXT = r"^([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]\.[0-9]{6}$"  # as `_text` writes a time of day
+
+
+def _refuse_unless(text: pa.Array, fits: pa.Array, what: str) -> None:
+    """ValueError when a value does not fit `what` (NULLs fit); how many, not which: values are row data."""
+    misfits = int(pc.sum(pc.and_(pc.is_valid(text), pc.invert(pc.fill_null(fits, True)))).as_py() or 0)
+    if misfits:
+        raise ValueError(f"{misfits} value(s) not {what}")
+
+
 def _from_text(text: pa.Array, dtype: pa.DataType, hints: Hints) -> pa.Array:
     if pa.types.is_boolean(dtype):
+        _refuse_unless(text, pc.is_in(text, value_set=pa.array(["true", "false"])), "true or false")
         return pc.equal(text, "true")
     if pa.types.is_integer(dtype) or pa.types.is_floating(dtype) or pa.types.is_decimal(dtype):
         return text.cast(dtype)
     if pa.types.is_date32(dtype):
         return pc.strptime(text, arrow_format(str(hints["dateformat"])), "s").cast(dtype)
     if pa.types.is_time64(dtype):
+        _refuse_unless(text, pc.match_substring_regex(text, _TIME_TEXT), "a time of day as HH24:MI:SS.ffffff")
+
         def part(a: int, b: int) -> pa.Array:
             return pc.utf8_slice_codeunits(text, a, b).cast(pa.int64())
         micros = pc.add(pc.multiply(pc.add(pc.multiply(pc.add(pc.multiply(part(0, 2), 60), part(3, 5)), 60),
@@ -318,5 +359,12 @@ def read(src: BinaryIO, table_def: TableDef, hints: Hints) -> pa.Table:
         data = data.decode(encoding).encode("utf-8")
     schema = arrow_schema(list(table_def.columns))
     columns = _columns(data, schema.names, hints, table_def.name)
-    arrays = [_from_text(col, f.type, hints) for col, f in zip(columns, schema, strict=True)]
+    arrays = []
+    for col, f in zip(columns, schema, strict=True):
+        try:
+            arrays.append(_from_text(col, f.type, hints))
+        except (pa.ArrowInvalid, ValueError) as e:  # a damaged file, or one this codec did not write
+            why = "a value that does not parse" if isinstance(e, pa.ArrowInvalid) else str(e)  # Arrow's names it
+            raise BadRequest(f"table {table_def.name!r}, column {f.name!r}: a delimited data file does not read as "
+                             f"{f.type}: {why}") from None
     return pa.Table.from_arrays(arrays, schema=schema)
