@@ -25,6 +25,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import zstandard
 
+from destination.shared.arrow_memory import arrow_owned
 from destination.shared.batch.csvrows import (
     BOM,
     Chunk,
@@ -186,7 +187,7 @@ def _is_utf8(value: bytes) -> bool:
 def _iter_parquet(path: str, stream: BinaryIO, columns: list[ColumnDef], fmt: FileFormat,
                   required: list[str]) -> Iterator[DecodedBatch]:
     # Parquet needs random access: the plaintext is held in memory (never written to disk).
-    data = stream.read()
+    data = arrow_owned(stream.read())  # (Python's bytes freed at once: the file is held once)
     try:
         pfile = pq.ParquetFile(pa.BufferReader(data))
     except pa.ArrowInvalid as exc:

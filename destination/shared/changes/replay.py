@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from destination.shared.arrow_memory import arrow_owned
 from destination.shared.batch.csvrows import Chunk, first_row_end, iter_row_chunks, parse_rows, read_rows
 from destination.shared.batch.reader import CSV_BLOCK
 from destination.shared.changes import cdf
@@ -102,7 +103,7 @@ def read_version(storage: Storage, prefix: str, version: int) -> VersionChanges:
 def _read_file(storage: Storage, path: str, about: dict[str, Any], table: TableDef) -> tuple[ChangeEvents, pa.Table | None]:
     data = storage.read_bytes(path)
     if about["format"] == PARQUET:
-        return _from_cdf(pq.read_table(pa.BufferReader(data)), table), None
+        return _from_cdf(pq.read_table(pa.BufferReader(arrow_owned(data))), table), None
     if about["format"] == ARCION_CSV:
         texts = _csv_texts(data, about, table)
     else:

@@ -34,6 +34,7 @@ import pyarrow.csv as pacsv
 from isal import igzip
 
 from destination.shared import row_meta
+from destination.shared.arrow_memory import arrow_owned
 from destination.shared.conversion import NULLED, SERIALIZATION_ERROR, Failure, b64decode_array
 from destination.shared.errors import BadRequest
 from destination.shared.records_formats.hints import PYTHON_ENCODING, SUFFIX, Hints
@@ -271,16 +272,6 @@ def write(table: pa.Table, table_def: TableDef, out: BinaryIO, hints: Hints) -> 
     return table
 
 
-def _arrow_owned(data: bytes) -> pa.Buffer:
-    """`data` copied into memory Arrow owns. Arrow's CSV reader drops its last reference to its input on one of its
-    threads, after `read_csv` has returned; releasing Python's bytes there takes the GIL, and when that happens as
-    the interpreter exits the process aborts (exit status 134 after its work was done: 1 run in 6-15 of a script
-    writing and reading one bluelabs file)."""
-    sink = pa.BufferOutputStream()
-    sink.write(data)
-    return sink.getvalue()
-
-
 def _columns(data: bytes, names: list[str], hints: Hints, table: str) -> list[pa.Array]:
     """Each field's text (NULL for an empty field), read from the file's UTF-8 bytes as the hints say."""
     terminator, delimiter = str(hints["record-terminator"]), str(hints["field-delimiter"])
@@ -302,7 +293,7 @@ def _columns(data: bytes, names: list[str], hints: Hints, table: str) -> list[pa
     convert = pacsv.ConvertOptions(column_types={n: pa.string() for n in names}, strings_can_be_null=True,
                                    null_values=[""], quoted_strings_can_be_null=True)
     try:
-        parsed = pacsv.read_csv(pa.BufferReader(_arrow_owned(data)), read_options, parse, convert)
+        parsed = pacsv.read_csv(pa.BufferReader(arrow_owned(data)), read_options, parse, convert)
     except pa.ArrowInvalid as e:  # Arrow's message ends with the record's text: row data, left out
         reason = ": ".join(str(e).split(": ")[:2])
         raise BadRequest(f"table {table!r}: a delimited data file does not parse: {reason}") from None

@@ -25,6 +25,7 @@ import botocore.utils
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from destination.shared.arrow_memory import arrow_owned
 from destination.shared.errors import DestinationError, StorageError, StorageUnavailable, scrub
 from destination.shared.storage.base import ObjectInfo, Storage, StorageSpec, reason
 
@@ -191,7 +192,7 @@ class S3Storage(Storage):
             with super().open_input(path) as source:
                 yield source
             return
-        yield pa.BufferReader(self.read_bytes(path))
+        yield pa.BufferReader(arrow_owned(self.read_bytes(path)))
 
     def write_bytes(self, path: str, data: bytes) -> None:
         key = self._key(path)
