@@ -58,11 +58,13 @@ class ServerProcess:
             self.process.wait(30)
 
 
-def start_server(root: str, log: Path, *args: str, spark_master: str = "local[2]", **env: str) -> ServerProcess:
-    """`serve` on a free port, with more command-line `args` and `env` added to this process's environment."""
+def start_server(root: str, log: Path, *args: str, spark_master: str = "local[2]", wrapper: tuple[str, ...] = (),
+                 **env: str) -> ServerProcess:
+    """`serve` on a free port, with more command-line `args` and `env` added to this process's environment;
+    `wrapper`, a command that runs it (its process is then the wrapper's)."""
     check_marked()
     port = free_port()
-    process = subprocess.Popen([str(BIN / "records-destination"), "serve", "--port", str(port), "--root", root,
+    process = subprocess.Popen([*wrapper, str(BIN / "records-destination"), "serve", "--port", str(port), "--root", root,
                                 "--spark-master", spark_master, *args], stdout=open(log, "wb"), stderr=subprocess.DEVNULL,
                                env={**os.environ, **env})
     return ServerProcess(process, f"127.0.0.1:{port}", log)

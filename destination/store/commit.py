@@ -241,6 +241,9 @@ class Committer:
                 (f"{directory}/{records.TABLE_JSON}", table_doc)])
             s.write_bytes(f"{directory}/{records.MANIFEST}", records.dumps(  # last, once the rest is written
                 records.manifest_json([(s.url(file_path(directory, f)), f.bytes) for f in files])))
+        # every name the record will stand for (data files, carried links, metadata, change files, the folders
+        # themselves) made durable first: on a local disk a crash must not keep the record without them
+        s.sync_directories(_folders_of_version(prefix, target, pending.changes is not None, first=base is None))
         self._fault("before_commit_record")
         # files listed where an earlier version wrote them were checked when the base loaded, and retention keeps
         # every file the latest version lists; only a base older than the latest (a repair) is checked again
@@ -323,6 +326,20 @@ class Committer:
         s.write_all([(f"{directory}/{name}", body) for name, body in changes.metadata.items()])
         s.write_bytes(f"{directory}/{records.MANIFEST}", records.dumps(
             records.manifest_json([(s.url(f"{directory}/{name}"), size) for name, size in changes.files])))
+
+
+def _folders_of_version(prefix: str, target: int, with_changes: bool, first: bool) -> list[str]:
+    """The folders where a version's commit created names, deepest first: its directory (and its change files'),
+    the table's folder holding them, and, for a table's first version, the folders above the table's up to the
+    root."""
+    folders = [layout.version_dir(prefix, target)]
+    if with_changes:
+        folders += [layout.changes_dir(prefix, target), layout.changes_root(prefix)]
+    folders.append(prefix)
+    if first:
+        parts = prefix.split("/")
+        folders += ["/".join(parts[:depth]) for depth in range(len(parts) - 1, -1, -1)]
+    return folders
 
 
 def _abandoned_by_shutdown(exc: RuntimeError) -> WriteAbandoned | None:

@@ -68,7 +68,8 @@ def request_directory(now: float) -> str:
 def _stage(ref: BatchFileRef, storage: Storage, directory: str) -> BatchFileRef:
     path = f"{directory}/{ref.position:05d}"  # not the file's name: a request may repeat a name in two folders
     try:
-        with open(ref.path, "rb") as source, storage.open_output(path) as sink:
+        # scratch (durable=False): a crash of the machine ends the request anyway
+        with open(ref.path, "rb") as source, storage.open_output(path, durable=False) as sink:
             shutil.copyfileobj(source, sink, COPY_CHUNK)
     except FileNotFoundError as exc:
         raise BadBatchFile(ref.path, "file not found") from exc

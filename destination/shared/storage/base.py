@@ -133,12 +133,19 @@ class Storage(ABC):
         yield
 
     @contextmanager
-    def open_output(self, path: str) -> Iterator[pa.NativeFile]:
+    def open_output(self, path: str, durable: bool = True) -> Iterator[pa.NativeFile]:
         """A stream writing the object at `path`, complete when the block ends. StorageError when it cannot be
-        opened, written or closed. The bytes are stored as written (Arrow would gzip a `.gz` path by itself)."""
+        opened, written or closed. The bytes are stored as written (Arrow would gzip a `.gz` path by itself).
+        `durable`: the object must survive a crash of the machine once the block ends (a table's files; scratch
+        files a crash makes useless anyway pass False). An S3 object is durable when its upload completes."""
         with self.translated("write", path), \
                 self.arrow_fs.open_output_stream(self.arrow_path(path), compression=None) as sink:
             yield sink
+
+    def sync_directories(self, directories: Sequence[str]) -> None:  # noqa: B027 (a backend's hook, mostly empty)
+        """Make the entries created in `directories` (files written, linked or renamed there, folders made there)
+        survive a crash of the machine: before a commit record names them. Nothing to do where an object is
+        durable once written (S3)."""
 
     @contextmanager
     def open_input(self, path: str, size: int | None = None) -> Iterator[pa.NativeFile]:

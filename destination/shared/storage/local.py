@@ -1,13 +1,21 @@
-"""Local filesystem storage: exclusive create with O_EXCL, atomic replace, hard links for carry-over."""
+"""Local filesystem storage: exclusive create with link(), atomic replace, hard links for carry-over.
+
+Durability: a commit record must not survive a crash of the machine without what it names. So a table's files
+are fsynced when written (`open_output`, `write_bytes`, a copied file), the folders holding their names are
+fsynced before the commit record is created (`sync_directories`, called by the commit), and the record itself
+(`create_exclusive`, the commit point of versions, claims and the table formats' logs) is fsynced before it is
+linked into place and its folder after."""
 from __future__ import annotations
 
 import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from destination.shared.errors import StorageError
@@ -68,14 +76,18 @@ class LocalStorage(Storage):
         target = self._p(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.parent / f".tmp-{uuid.uuid4().hex}"
-        tmp.write_bytes(data)
         try:
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
             os.link(tmp, target)
-            return True
         except FileExistsError:
             return False
         finally:
             tmp.unlink(missing_ok=True)
+        _fsync(target.parent, directory=True)
+        return True
 
     def exists(self, path: str) -> bool:
         return self._p(path).exists()
@@ -116,12 +128,26 @@ class LocalStorage(Storage):
             pass
         except OSError:  # another filesystem, or links not supported
             shutil.copyfile(self._p(src), target)
+            _fsync(target)
 
     def size(self, path: str) -> int:
         return self._p(path).stat().st_size
 
     def url(self, path: str) -> str:
         return self._p(path).as_uri()
+
+    @contextmanager
+    def open_output(self, path: str, durable: bool = True) -> Iterator[pa.NativeFile]:
+        with super().open_output(path) as sink:
+            yield sink
+        if durable:
+            with self.translated("write", path):
+                _fsync(self._p(path))
+
+    def sync_directories(self, directories: Sequence[str]) -> None:
+        for directory in dict.fromkeys(directories):  # each once, in the order given
+            with self.translated("write", directory):
+                _fsync(self._p(directory), directory=True)
 
     @property
     def arrow_fs(self) -> pafs.FileSystem:
@@ -131,3 +157,13 @@ class LocalStorage(Storage):
         target = self._p(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         return str(target)
+
+
+def _fsync(path: Path, directory: bool = False) -> None:
+    """Flush a closed file's bytes (Linux fsyncs through a read-only descriptor too), or a folder's entries
+    (the names created, linked or renamed in it), to the disk."""
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
