@@ -182,6 +182,21 @@ def test_deletes_and_updates_of_absent_keys_alone_match_the_model(key_type: str)
     assert result.counts.ignored == sum(1 for op, v, _ in requests if v["id"] not in stored) > 0
 
 
+@pytest.mark.parametrize("updated", [0, 5, 9])  # the least, a middle and the greatest key
+def test_an_update_of_one_key_leaves_the_stored_columns_it_did_not_change_uncopied(updated: int) -> None:
+    """Wherever the key lies: the greatest key's new row, appended after its dead one, is already in key order, and
+    must not send the merge down the path that copies every column."""
+    stored = {k: {"id": k, "name": "a", "score": float(k), "n": 1} for k in range(10)}
+    table = pa.Table.from_pylist([{**r, "_destination_meta": json.dumps({"version": 1})} for r in stored.values()],
+                                 schema=arrow_schema(TABLE.columns))
+    requests = [(OP_UPDATE, {"id": updated, "name": "b", "score": 0.0, "n": 0}, {"score", "n"})]
+    result = merge_rows(table, _operations(requests, TABLE), TABLE, version=2).table
+    assert [(r["id"], r["name"], r["score"], r["n"]) for r in result.to_pylist()] == _model(stored, requests)
+    for name in ("score", "n"):  # the columns the update left unmodified: the stored columns themselves
+        assert _same_buffer(result.column(name), table.column(name)), name
+    assert result.column("name").to_pylist()[updated] == "b"
+
+
 def _comparable(row: tuple[Any, ...]) -> tuple[Any, ...]:
     """NaN made comparable and -0.0 told from 0.0."""
     return tuple(("nan",) if isinstance(v, float) and math.isnan(v) else (v, math.copysign(1, v))
