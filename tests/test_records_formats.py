@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from destination.shared.errors import BadRequest
+from destination.shared.errors import BadRequest, DamagedDataFile, UserActionRequired
 from destination.shared.records_formats import hints as hints_mod
 from destination.shared.records_formats.codec import Codec, codec
 from destination.shared.records_formats.directory import write_directory
@@ -663,10 +663,30 @@ def test_a_damaged_delimited_file_is_refused_naming_the_file_table_and_column_no
                                 "records_compression": "none"}).stamp(DAMAGED)
     storage.write_bytes(f"v1/{TABLE_JSON}", json.dumps({"table": table_def.to_json()}).encode())
     storage.write_bytes("v1/b0000-x.csv", (record + "\n").encode())
-    with pytest.raises(BadRequest) as refused:
+    with pytest.raises(DamagedDataFile) as refused:  # a Task (no request can mend it), not a bad request
         read_data_file(storage, "v1", "b0000-x.csv")
     message = str(refused.value)
     assert "b0000-x.csv" in message and "table 'orders'" in message
     assert column is None or f"column {column!r}" in message
     for value in ("True", "yes", "x9x", "2147483648", "25:61", "toomany", "12:00:00.5"):
         assert value not in message, message
+
+
+@pytest.mark.parametrize("damage", ["truncated", "overwritten"])
+def test_a_damaged_parquet_data_file_is_a_task_naming_the_file(tmp_path: Path, damage: str) -> None:
+    from destination.shared.on_disk.datafiles import read_data_file
+    from destination.shared.storage.base import StorageSpec
+    from destination.shared.storage.local import LocalStorage
+
+    storage = LocalStorage(StorageSpec(str(tmp_path)))
+    whole = io.BytesIO()
+    pq.write_table(pa.table({"id": list(range(1000)), "secret": [f"row value {i}" for i in range(1000)]}), whole)
+    data = whole.getvalue()
+    storage.write_bytes("v1/part-x.parquet", data[:len(data) // 2] if damage == "truncated"
+                        else b"row value 7," * (len(data) // 12))
+    with pytest.raises(DamagedDataFile) as refused:
+        read_data_file(storage, "v1", "part-x.parquet", ["id"])
+    assert isinstance(refused.value, UserActionRequired)
+    message = str(refused.value)
+    assert storage.url("v1/part-x.parquet") in message and "Parquet" in message, message
+    assert "row value" not in message, message

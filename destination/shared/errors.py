@@ -52,6 +52,11 @@ class StorageError(UserActionRequired):
     """The table store could not be reached or refused an operation."""
 
 
+class DamagedDataFile(UserActionRequired):
+    """A data file of a committed version cannot be read as the rows it was written with (truncated, overwritten,
+    or not written by this destination): no request can mend it, so someone must look (a Task naming the file)."""
+
+
 class BadRequest(DestinationError):
     """The request itself is malformed (unknown type, missing key, bad table definition)."""
 

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from destination.shared.errors import BadRequest
+from destination.shared.errors import BadRequest, DamagedDataFile, scrub
 from destination.shared.field_ids import data_file_schema
 from destination.shared.key_order import first_and_last
 from destination.shared.keys import key_tokens, run_starts
@@ -257,15 +257,20 @@ def read_data_file(storage: Storage, directory: str, name: str, columns: list[st
                    size: int | None = None) -> pa.Table:
     """A data file's rows (`columns` of them, or all): Parquet as stored, the other formats in the data-file
     schema of the definition they were written under. `size`: the file's, when known (Storage.open_input)."""
-    if format_of_name(name) == "parquet":
-        with storage.open_input(f"{directory}/{name}", size) as source:
-            return pq.read_table(source, columns=columns)
-    table_def = written_under(storage, directory)
-    with storage.open_input(f"{directory}/{name}", size) as source:
-        try:
+    path = f"{directory}/{name}"
+    try:
+        if format_of_name(name) == "parquet":
+            with storage.open_input(path, size) as source:
+                return pq.read_table(source, columns=columns)
+        table_def = written_under(storage, directory)
+        with storage.open_input(path, size) as source:
             table = table_codec(table_def).read(source, table_def)
-        except BadRequest as e:  # the codec names the table and column: the file is named here
-            raise BadRequest(f"{storage.url(f'{directory}/{name}')}: {e}") from None
+    except BadRequest as e:  # the codec names the table and column (never a value): the file is named here
+        raise DamagedDataFile(f"data file {storage.url(path)}: {e}") from None
+    except pa.ArrowInvalid as e:  # Parquet's reader: its messages say what is wrong with the file's structure
+        first = str(e).strip().splitlines()
+        raise DamagedDataFile(f"data file {storage.url(path)} does not read as Parquet: "
+                              f"{scrub(first[0]) if first else type(e).__name__}") from None
     return table.select(columns) if columns is not None else table
 
 
