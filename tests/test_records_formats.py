@@ -672,6 +672,22 @@ def test_a_damaged_delimited_file_is_refused_naming_the_file_table_and_column_no
         assert value not in message, message
 
 
+def test_a_file_without_the_header_row_its_variant_writes_is_refused_without_its_first_row() -> None:
+    """Read with a header row, a file written without one takes its first record for the header: the refusal must not
+    quote those names (they are a row's values)."""
+    with_header = codec("delimited", "bluelabs", {"compression": None, "header-row": True})
+    without = codec("delimited", "bluelabs", {"compression": None, "header-row": False})
+    out = io.BytesIO()
+    without.write(pa.table({"id": [4242], "flag": [True], "at": [dt.time(9, 30)], "n": [77], META: [None]},
+                           schema=arrow_schema(list(DAMAGED.columns))), DAMAGED, out)
+    with pytest.raises(BadRequest) as refused:
+        with_header.read(io.BytesIO(out.getvalue()), DAMAGED)
+    message = str(refused.value)
+    assert "table 'orders'" in message and "column 1 is not 'id'" in message, message
+    for value in ("4242", "09:30", "77"):
+        assert value not in message, message
+
+
 @pytest.mark.parametrize("damage", ["truncated", "overwritten"])
 def test_a_damaged_parquet_data_file_is_a_task_naming_the_file(tmp_path: Path, damage: str) -> None:
     from destination.shared.on_disk.datafiles import read_data_file

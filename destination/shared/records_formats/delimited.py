@@ -299,8 +299,11 @@ def _columns(data: bytes, names: list[str], hints: Hints, table: str) -> list[pa
         raise BadRequest(f"table {table!r}: a delimited data file does not parse: {reason}") from None
     found = parsed.column_names
     columns = [parsed.column(i).combine_chunks() for i in range(parsed.num_columns)]
-    if found != names or len(columns) != len(names):
-        raise BadRequest(f"table {table!r}: a delimited data file's columns {found!r} are not the table's {names!r}")
+    if found != names or len(columns) != len(names):  # not the found names: a first row read as a header is a row
+        place = next((i for i, (a, b) in enumerate(zip(found, names, strict=False)) if a != b), None)
+        where = f"its header's column {place + 1} is not {names[place]!r}" if place is not None else \
+            f"{len(found)} columns, not the table's {len(names)}"
+        raise BadRequest(f"table {table!r}: a delimited data file's columns are not the table's {names!r} ({where})")
     return columns
 
 
