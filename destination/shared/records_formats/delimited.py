@@ -112,29 +112,29 @@ def _dated(arr: pa.Array, hint: str) -> pa.Array:
     return pc.strftime(arr, arrow_format(hint))
 
 
-def _text(arr: pa.Array, hints: Hints, col_type: str) -> tuple[pa.Array, pa.Array | None]:
-    """(the column's text, NULL for NULL; a mask of values the variant cannot hold, or None)."""
+def _text(arr: pa.Array, hints: Hints) -> pa.Array:
+    """The column's text, NULL for NULL."""
     t = arr.type
     if pa.types.is_boolean(t):
-        return pc.if_else(arr, "true", "false"), None
+        return pc.if_else(arr, "true", "false")
     if pa.types.is_integer(t):
-        return arr.cast(pa.string()), None
+        return arr.cast(pa.string())
     if pa.types.is_floating(t):
         text = arr.cast(pa.string())
         for word, spelled in _FLOAT_WORDS.items():
             text = pc.if_else(pc.equal(text, word), spelled, text)
-        return text, None
+        return text
     if pa.types.is_decimal(t):
-        return _decimal_text(arr), None
+        return _decimal_text(arr)
     if pa.types.is_date32(t):
-        return _dated(arr, str(hints["dateformat"])), None
+        return _dated(arr, str(hints["dateformat"]))
     if pa.types.is_time64(t):
-        return arr.cast(pa.string()), None  # HH:MM:SS.ffffff, the one lossless timeonlyformat's text
+        return arr.cast(pa.string())  # HH:MM:SS.ffffff, the one lossless timeonlyformat's text
     if pa.types.is_timestamp(t):
-        return _dated(arr, str(hints["datetimeformattz"] if t.tz else hints["datetimeformat"])), None
+        return _dated(arr, str(hints["datetimeformattz"] if t.tz else hints["datetimeformat"]))
     if pa.types.is_binary(t):
-        return _polars(arr).bin.encode("base64").to_arrow(), _unheld(arr, hints, col_type)
-    return arr, _unheld(arr, hints, col_type)
+        return _polars(arr).bin.encode("base64").to_arrow()
+    return arr
 
 
 def _unheld(arr: pa.Array, hints: Hints, col_type: str) -> pa.Array | None:
@@ -222,47 +222,39 @@ def _compress(data: bytes, hints: Hints) -> bytes:
 def as_stored(table: pa.Table, table_def: TableDef, hints: Hints) -> pa.Table:
     """`table`'s rows as `write` stores them and a reader reads them back: the values the variant cannot hold NULL,
     each recorded in `_destination_meta`; a key's is refused (BadRequest). What a change file says of a row must be
-    what the table holds."""
-    return _stored(table, table_def, hints)[0]
-
-
-def _stored(table: pa.Table, table_def: TableDef, hints: Hints) -> tuple[pa.Table, list[pa.Array]]:
-    """The rows as stored (`as_stored`) and each column's text as written."""
+    what the table holds. Only text and binary columns can hold such values: only they are looked at."""
     check(table_def, hints)
     schema = arrow_schema(list(table_def.columns))
     table = table.select(schema.names)
-    texts: list[pa.Array] = []
     changes: dict[int, list[Failure]] = {}
     keys = {c.name for c in table_def.entity_key}
     for name in schema.names:
         arr = table.column(name).combine_chunks()
         col = table_def.column(name)
-        text, bad = _text(arr, hints, col.type if col else "META")
-        if bad is not None and pc.any(pc.fill_null(bad, False)).as_py():
-            bad = pc.fill_null(bad, False)
-            if name in keys:  # a NULLed key would no longer match its row: refused, nothing written
-                raise BadRequest(f"table {table_def.name!r}, key column {name!r}: {pc.sum(bad).as_py()} key value(s) "
-                                 "this delimited variant cannot store (empty text, or a character it cannot write); "
-                                 "a key is never NULLed: choose another records_variant or records_format")
-            for row in pc.indices_nonzero(bad).to_pylist():
-                changes.setdefault(row, []).append(Failure(row, name, NULLED, SERIALIZATION_ERROR))
-            text = pc.if_else(bad, pa.scalar(None, pa.string()), text)
-            arr = pc.if_else(bad, pa.scalar(None, arr.type), arr)
-            table = table.set_column(table.schema.get_field_index(name), name, arr)
-        texts.append(text)
+        bad = _unheld(arr, hints, col.type if col else "META")
+        if bad is None or not pc.any(pc.fill_null(bad, False)).as_py():
+            continue
+        bad = pc.fill_null(bad, False)
+        if name in keys:  # a NULLed key would no longer match its row: refused, nothing written
+            raise BadRequest(f"table {table_def.name!r}, key column {name!r}: {pc.sum(bad).as_py()} key value(s) "
+                             "this delimited variant cannot store (empty text, or a character it cannot write); "
+                             "a key is never NULLed: choose another records_variant or records_format")
+        for row in pc.indices_nonzero(bad).to_pylist():
+            changes.setdefault(row, []).append(Failure(row, name, NULLED, SERIALIZATION_ERROR))
+        table = table.set_column(table.schema.get_field_index(name), name, pc.if_else(bad, pa.scalar(None, arr.type), arr))
     if changes:
         meta_at = table.schema.get_field_index(DESTINATION_META)
         meta = row_meta.add_changes(table.column(DESTINATION_META).combine_chunks(), changes, version=None)
         table = table.set_column(meta_at, DESTINATION_META, meta)
-        texts[meta_at] = meta
-    return table, texts
+    return table
 
 
 def write(table: pa.Table, table_def: TableDef, out: BinaryIO, hints: Hints) -> pa.Table:
     """Write `table` (columns, then `_destination_meta`) as one delimited file; returns the rows as stored
     (`as_stored`)."""
-    table, texts = _stored(table, table_def, hints)
+    table = as_stored(table, table_def, hints)
     schema = arrow_schema(list(table_def.columns))
+    texts = [_text(table.column(i).combine_chunks(), hints) for i in range(table.num_columns)]
     free_text = [pa.types.is_string(f.type) for f in schema]
     body = _records_bytes(texts, free_text, hints)
     if hints["header-row"]:
