@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from destination.shared import row_meta
 from destination.shared.key_order import sort_keys
-from destination.shared.keys import matched_keys, run_start_index
+from destination.shared.keys import bisected, matched_keys, run_start_index
 from destination.shared.table_model import DESTINATION_META, ColumnDef, TableDef
 from destination.shared.type_mapping import arrow_schema
 from spark_jobs.operations import CHANGES, KEY, OP, OP_DELETE, OP_REPLACE, OP_UPDATE, SEQ, UNMOD
@@ -86,6 +86,13 @@ class _State:
         operation keys are hashed and the state probed with them: hashing the state instead costs 8x (measured)."""
         if not self.alive.any():  # an empty range (a load): nothing to hash
             return pa.nulls(len(op_keys), pa.int64()), self.alive
+        if self.rows.num_rows == self.stored and self.keys.num_chunks == 1 and self.alive.all():
+            found = bisected(self.keys.chunk(0), op_keys)  # the stored rows as read: a file's keys are in order
+            if found is not None:
+                at, present = found
+                hit = np.zeros(self.stored, dtype=bool)
+                hit[at[present]] = True
+                return pa.array(at, mask=~present), hit
         hit = pc.is_in(self.keys, value_set=op_keys).to_numpy(zero_copy_only=False) & self.alive
         where = np.flatnonzero(hit)
         found = pc.index_in(op_keys, value_set=pc.take(self.keys, pa.array(where)))

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from destination.shared.keys import key_tokens, matched_keys
+from destination.shared.keys import bisected, key_tokens, matched_keys
 from destination.shared.table_model import ColumnDef, TableDef
 from destination.shared.type_mapping import arrow_schema
 from spark_jobs.merge import key_columns, merge_rows, same_values, taken_in_order
@@ -232,3 +232,42 @@ def test_integer_keys_match_as_their_tokens_do() -> None:
     assert by_tokens_given(pa.table({"id": ["1", "2"]}), pa.table({"id": ["1"]}), text)
     pair = [ColumnDef("a", "INT", True), ColumnDef("b", "INT", True)]
     assert by_tokens_given(pa.table({"a": [1], "b": [2]}), pa.table({"a": [1], "b": [3]}), pair)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_keys_found_by_bisection_are_the_keys_found_by_hashing(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    stored = pa.array(np.sort(rng.choice(np.arange(-5_000, 5_000), 700, replace=False)), pa.int64())
+    wanted = pa.array(rng.integers(-5_200, 5_200, 300), pa.int64())  # some stored, some not, some past either end
+    at, present = bisected(stored, wanted)  # type: ignore[misc]
+    assert present.tolist() == pc.is_in(wanted, value_set=stored).to_pylist()  # the oracle: pyarrow's hashing
+    assert at[present].tolist() == pc.index_in(wanted, value_set=stored).drop_null().to_pylist()
+    assert present.any() and not present.all()
+
+
+@pytest.mark.parametrize("stored, wanted", [
+    (pa.array([3, 1, 2], pa.int64()), pa.array([1], pa.int64())),  # not in order: hashed
+    (pa.array([1, 1, 2], pa.int64()), pa.array([1], pa.int64())),  # a key twice: hashed
+    (pa.array([1, None], pa.int64()), pa.array([1], pa.int64())),
+    (pa.array(["1", "2"]), pa.array(["1"])),  # key tokens
+    (pa.array([], pa.int64()), pa.array([1], pa.int64())),
+])
+def test_keys_not_bisected(stored: pa.Array, wanted: pa.Array) -> None:
+    assert bisected(stored, wanted) is None
+
+
+def test_a_merge_of_keys_in_order_finds_the_rows_hashing_finds() -> None:
+    """The merge's first round bisects a range's stored integer keys when they are in order; unordered stored rows
+    (not a data file's) are hashed. Both against the model."""
+    rng = random.Random(3)
+    stored = {k: {"id": k, "name": "a", "score": 1.0, "n": 1} for k in range(0, 3000, 3)}
+    requests: list[tuple[int, dict[str, Any], set[str]]] = []
+    for k in rng.sample(range(-10, 3010), 400):
+        op = rng.choice([OP_UPDATE, OP_DELETE, OP_REPLACE])
+        requests.append((op, {"id": k, "name": "b", "score": 2.0, "n": 2}, {"n"} if op == OP_UPDATE else set()))
+    rows = [{**r, "_destination_meta": json.dumps({"version": 1})} for r in stored.values()]
+    for order in (rows, list(reversed(rows))):
+        table = pa.Table.from_pylist(order, schema=arrow_schema(TABLE.columns))
+        result = merge_rows(table, _operations(requests, TABLE), TABLE, version=2).table
+        got = [(r["id"], r["name"], r["score"], r["n"]) for r in result.to_pylist()]
+        assert [_comparable(r) for r in got] == [_comparable(r) for r in _model(stored, requests)]

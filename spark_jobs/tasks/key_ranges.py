@@ -29,7 +29,7 @@ from destination.shared.key_order import (
     sorted_span,
     within,
 )
-from destination.shared.keys import matched_keys
+from destination.shared.keys import bisected, matched_keys
 from destination.shared.on_disk.datafiles import DataFile, align, read_data_file, write_sorted_files
 from destination.shared.on_disk.locations import file_dir
 from destination.shared.records_formats.codec import format_of_name, table_codec
@@ -127,7 +127,8 @@ def _must_rewrite(ctx: JobContext, storage: Storage, f: DataFile, ops: pa.Table,
     mask = pa.array(inside)
     stored_matching, wanted = matched_keys(stored_keys, op_keys.filter(mask), pc.filter(ops.column(KEY), mask),
                                            table_def.entity_key)
-    held = bool(pc.any(pc.is_in(stored_matching, value_set=wanted)).as_py())
+    found = bisected(stored_matching, wanted)
+    held = bool(found[1].any()) if found is not None else bool(pc.any(pc.is_in(stored_matching, value_set=wanted)).as_py())
     if held and whole is not None:
         decoded[f.name] = whole
     return held
