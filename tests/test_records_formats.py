@@ -672,6 +672,48 @@ def test_a_damaged_delimited_file_is_refused_naming_the_file_table_and_column_no
         assert value not in message, message
 
 
+@pytest.mark.parametrize("records_format, variant, compression, damage", [
+    ("avro", None, "none", "a value beyond its type"),
+    ("delimited", "bluelabs", "gzip", "truncated"), ("delimited", "bluelabs", "bzip", "truncated"),
+    ("delimited", "bluelabs", "gzip", "not compressed"),
+])
+def test_a_damaged_avro_or_compressed_delimited_file_is_a_task_naming_the_file_and_table(
+        tmp_path: Path, records_format: str, variant: str | None, compression: str, damage: str) -> None:
+    from destination.shared.on_disk.datafiles import read_data_file, write_data_file
+    from destination.shared.on_disk.records import TABLE_JSON
+    from destination.shared.records_formats.choice import records_choice
+    from destination.shared.storage.base import StorageSpec
+    from destination.shared.storage.local import LocalStorage
+
+    storage = LocalStorage(StorageSpec(str(tmp_path)))
+    fields = {"records_format": records_format, "records_compression": compression,
+              **({"records_variant": variant} if variant else {})}
+    shape = TableDef("orders", (*DAMAGED.columns, ColumnDef("s", "SHORT")))
+    table_def = records_choice(fields).stamp(shape)
+    storage.write_bytes(f"v1/{TABLE_JSON}", json.dumps({"table": table_def.to_json()}).encode())
+    rows = pa.table({"id": list(range(2000)), "flag": [True] * 2000, "at": [dt.time(12, 0)] * 2000,
+                     "n": [31337] * 2000, "s": [7] * 2000, META: [None] * 2000},
+                    schema=arrow_schema(list(shape.columns)))
+    written = write_data_file(storage, "v1", "part-x.parquet", rows, table_def, None)
+    path = f"v1/{written.name}"
+    data = storage.read_bytes(path)
+    if damage == "a value beyond its type":  # the file as another writer might leave it: 31337 as a long
+        reader = fastavro.reader(io.BytesIO(data))  # the SHORT column `s` is an Avro int: 987654 fits that
+        schema, records = reader.writer_schema, list(reader)
+        out = io.BytesIO()
+        fastavro.writer(out, schema, [{**r, "s": 987654} for r in records])
+        damaged = out.getvalue()
+    else:
+        damaged = data[: len(data) // 2] if damage == "truncated" else b"id,flag\n" * 100
+    storage.write_bytes(path, damaged)
+    with pytest.raises(DamagedDataFile) as refused:
+        read_data_file(storage, "v1", written.name)
+    message = str(refused.value)
+    assert storage.url(path) in message and "table 'orders'" in message, message
+    assert "31337" not in message and "987654" not in message, message
+    assert damage != "a value beyond its type" or "column 's'" in message, message
+
+
 def test_a_file_without_the_header_row_its_variant_writes_is_refused_without_its_first_row() -> None:
     """Read with a header row, a file written without one takes its first record for the header: the refusal must not
     quote those names (they are a row's values)."""
@@ -688,7 +730,7 @@ def test_a_file_without_the_header_row_its_variant_writes_is_refused_without_its
         assert value not in message, message
 
 
-@pytest.mark.parametrize("damage", ["truncated", "overwritten"])
+@pytest.mark.parametrize("damage", ["truncated", "overwritten", "pages"])
 def test_a_damaged_parquet_data_file_is_a_task_naming_the_file(tmp_path: Path, damage: str) -> None:
     from destination.shared.on_disk.datafiles import read_data_file
     from destination.shared.storage.base import StorageSpec
@@ -698,10 +740,12 @@ def test_a_damaged_parquet_data_file_is_a_task_naming_the_file(tmp_path: Path, d
     whole = io.BytesIO()
     pq.write_table(pa.table({"id": list(range(1000)), "secret": [f"row value {i}" for i in range(1000)]}), whole)
     data = whole.getvalue()
-    storage.write_bytes("v1/part-x.parquet", data[:len(data) // 2] if damage == "truncated"
-                        else b"row value 7," * (len(data) // 12))
+    quarter = len(data) // 4  # "pages": the footer intact, the column chunks' bytes overwritten (Arrow's OSError)
+    damaged = {"truncated": data[: 2 * quarter], "overwritten": b"row value 7," * (len(data) // 12),
+               "pages": data[:quarter] + b"\xff" * quarter + data[2 * quarter:]}[damage]
+    storage.write_bytes("v1/part-x.parquet", damaged)
     with pytest.raises(DamagedDataFile) as refused:
-        read_data_file(storage, "v1", "part-x.parquet", ["id"])
+        read_data_file(storage, "v1", "part-x.parquet")
     assert isinstance(refused.value, UserActionRequired)
     message = str(refused.value)
     assert storage.url("v1/part-x.parquet") in message and "Parquet" in message, message

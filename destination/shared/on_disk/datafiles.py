@@ -258,20 +258,30 @@ def read_data_file(storage: Storage, directory: str, name: str, columns: list[st
     """A data file's rows (`columns` of them, or all): Parquet as stored, the other formats in the data-file
     schema of the definition they were written under. `size`: the file's, when known (Storage.open_input)."""
     path = f"{directory}/{name}"
-    try:
-        if format_of_name(name) == "parquet":
-            with storage.open_input(path, size) as source:
+    if format_of_name(name) == "parquet":
+        with storage.open_input(path, size) as source:  # its OSErrors are the storage's: translated by it
+            try:
                 return pq.read_table(source, columns=columns)
-        table_def = written_under(storage, directory)
-        with storage.open_input(path, size) as source:
+            except (pa.ArrowInvalid, OSError) as e:
+                if isinstance(e, OSError) and not _parquet_decoding(e):
+                    raise
+                first = str(e).strip().splitlines()  # Parquet's messages say what is wrong with the file's structure
+                raise DamagedDataFile(f"data file {storage.url(path)} does not read as Parquet: "
+                                      f"{scrub(first[0]) if first else type(e).__name__}") from None
+    table_def = written_under(storage, directory)
+    with storage.open_input(path, size) as source:
+        try:
             table = table_codec(table_def).read(source, table_def)
-    except BadRequest as e:  # the codec names the table and column (never a value): the file is named here
-        raise DamagedDataFile(f"data file {storage.url(path)}: {e}") from None
-    except pa.ArrowInvalid as e:  # Parquet's reader: its messages say what is wrong with the file's structure
-        first = str(e).strip().splitlines()
-        raise DamagedDataFile(f"data file {storage.url(path)} does not read as Parquet: "
-                              f"{scrub(first[0]) if first else type(e).__name__}") from None
+        except BadRequest as e:  # the codec names the table and column (never a value): the file is named here
+            raise DamagedDataFile(f"data file {storage.url(path)}: {e}") from None
     return table.select(columns) if columns is not None else table
+
+
+def _parquet_decoding(exc: OSError) -> bool:
+    """Whether an OSError from pyarrow's Parquet reader is about the bytes (a thrift structure, a page, a codec's
+    stream: Arrow's IOError without an errno) rather than reading them: the operating system's errors carry an errno,
+    and S3's (through Arrow's S3 filesystem) say "AWS Error"."""
+    return exc.errno is None and "AWS Error" not in str(exc)
 
 
 def empty_table(table_def: TableDef) -> pa.Table:

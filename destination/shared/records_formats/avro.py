@@ -109,5 +109,11 @@ def _read_exactly(raw: bytes, table_def: TableDef, target: pa.Schema) -> pa.Tabl
         raise BadRequest(f"table {table_def.name!r}: an Avro data file does not read as the table's rows: "
                          f"{type(e).__name__}: {e}") from None
     # fastavro returns the logical types as Python values (date, time, datetime, Decimal): Arrow takes them exactly
-    arrays = [pa.array([r[f.name] for r in rows], f.type) for f in target]
+    arrays = []
+    for f in target:
+        try:
+            arrays.append(pa.array([r[f.name] for r in rows], f.type))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # their messages quote the value: row data
+            raise BadRequest(f"table {table_def.name!r}, column {f.name!r}: an Avro data file holds a value the "
+                             f"column's type cannot ({f.type})") from None
     return pa.Table.from_arrays(arrays, schema=target)

@@ -25,13 +25,14 @@ import bz2
 import io
 from codecs import BOM_UTF8
 from decimal import Decimal
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 from isal import igzip
+from isal.igzip_lib import IsalError
 
 from destination.shared import row_meta
 from destination.shared.arrow_memory import arrow_owned
@@ -299,6 +300,8 @@ def _columns(data: bytes, names: list[str], hints: Hints, table: str) -> list[pa
     return columns
 
 
+_ISAL_ERROR = cast(type[Exception], IsalError)  # an exception class; isal 1.9's stub calls it an instance
+
 _TIME_TEXT = r"^([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]\.[0-9]{6}$"  # as `_text` writes a time of day
 
 
@@ -336,13 +339,18 @@ def _from_text(text: pa.Array, dtype: pa.DataType, hints: Hints) -> pa.Array:
 def read(src: BinaryIO, table_def: TableDef, hints: Hints) -> pa.Table:
     """Read a delimited file written by `write` back into the data-file Arrow table, value for value."""
     data = src.read()
-    if hints["compression"] == "GZIP":
-        data = igzip.decompress(data)  # type: ignore[no-untyped-call]  # isal 1.9 leaves it unannotated
-    elif hints["compression"] == "BZIP":
-        data = bz2.decompress(data)
     encoding = PYTHON_ENCODING[str(hints["encoding"])]
-    if encoding != "utf-8":
-        data = data.decode(encoding).encode("utf-8")
+    try:  # the bytes are read: an OSError here is the decompressor's (not a gzip or bz2 stream), not the storage's
+        if hints["compression"] == "GZIP":
+            data = igzip.decompress(data)  # type: ignore[no-untyped-call]  # isal 1.9 leaves it unannotated
+        elif hints["compression"] == "BZIP":
+            data = bz2.decompress(data)
+        if encoding != "utf-8":
+            data = data.decode(encoding).encode("utf-8")
+    except (OSError, EOFError, ValueError, _ISAL_ERROR) as e:  # truncated, damaged, or not in the hints' encoding
+        raise BadRequest(f"table {table_def.name!r}: a delimited data file does not decompress or decode as its "
+                         f"hints say ({hints['compression'] or 'uncompressed'}, {hints['encoding']}): "
+                         f"{type(e).__name__}") from None
     schema = arrow_schema(list(table_def.columns))
     columns = _columns(data, schema.names, hints, table_def.name)
     arrays = []
