@@ -71,13 +71,39 @@ def _flushed_before(calls: list[Call], path: Path, moment: int) -> bool:
     that was then renamed to it."""
     if any(at < moment for at in _fsynced(calls, path)):
         return True
+    return any(any(at < call.done_at for at in _fsynced(calls, Path(source)))
+               for call, source, target in _moves(calls) if call.done_at < moment and Path(target) == path)
+
+
+def _moves(calls: list[Call]) -> list[tuple[Call, str, str]]:
+    """Successful renames and links: (the call, from, to)."""
+    found = []
     for call in calls:
-        if call.name.startswith("rename") and call.result == 0 and call.done_at < moment:
+        if (call.name.startswith("rename") or call.name.startswith("link")) and call.result == 0:
             names = re.findall(r'"([^"]+)"', call.args)
-            if len(names) == 2 and Path(names[1]) == path and \
-                    any(at < call.done_at for at in _fsynced(calls, Path(names[0]))):
-                return True
-    return False
+            if len(names) == 2:
+                found.append((call, names[0], names[1]))
+    return found
+
+
+def _late_for(calls: list[Call], record: Path, files: list[Path], folders: list[Path]) -> list[str]:
+    """What the commit record `record` names but was not on the disk when it was linked into place: its own bytes
+    (flushed before the link) and folder (after it), each of `files`, and each of `folders` (flushed after the last
+    name renamed or linked into it and before the record)."""
+    links = [(call, source) for call, source, target in _moves(calls)
+             if target == str(record) and call.name.startswith("link")]
+    assert len(links) == 1, f"{record} was not linked into place once: {links}"
+    linked, temporary = links[0][0].done_at, Path(links[0][1])
+    late = [] if _flushed_before(calls, temporary, linked) else [f"{record}'s bytes"]
+    if not any(at > linked for at in _fsynced(calls, record.parent)):
+        late.append(f"{record.parent} after {record.name}")
+    late += [str(path) for path in files if not _flushed_before(calls, path, linked)]
+    for folder in folders:
+        last_name = max((c.done_at for c, _s, target in _moves(calls)
+                         if Path(target).parent == folder and c.done_at < linked), default=-1)
+        if not any(last_name < at < linked for at in _fsynced(calls, folder)):
+            late.append(f"{folder} (folder)")
+    return late
 
 
 def _stop(process: subprocess.Popen) -> None:
@@ -91,7 +117,9 @@ def _stop(process: subprocess.Popen) -> None:
         process.wait(30)
 
 
-def test_a_commit_record_is_linked_after_what_it_names_is_on_the_disk(tmp_path: Path) -> None:
+def test_commit_records_are_linked_after_what_they_name_is_on_the_disk(tmp_path: Path) -> None:
+    """The records commits of CreateTable and of a write with change files, and the write's Delta and Iceberg
+    commits."""
     root = (tmp_path / "root").resolve()
     trace = tmp_path / "trace.txt"
     wrapper = ("strace", "-f", "--seccomp-bpf", "-qq", "-y", "-e", "signal=none",
@@ -115,16 +143,25 @@ def test_a_commit_record_is_linked_after_what_it_names_is_on_the_disk(tmp_path: 
     version = TableStore(open_storage(StorageSpec(root=str(root)))).load("s", "orders")
     assert version is not None and version.version == 2
     calls = _calls(trace)
-    record = root / layout.log_path(version.prefix, 2)
-    links = [c for c in calls if c.name in ("link", "linkat") and f'"{record}"' in c.args and c.result == 0]
-    assert len(links) == 1, f"the commit record {record} was not linked into place once: {links}"
-    linked = links[0].done_at
-    temporary = Path(re.findall(r'"([^"]+)"', links[0].args)[0])
-    assert any(at < linked for at in _fsynced(calls, temporary)), "the record's bytes were not flushed before the link"
-    assert any(at > linked for at in _fsynced(calls, record.parent)), "the record's folder was not flushed after it"
-    directory = root / layout.version_dir(version.prefix, 2)
+    table = root / version.prefix
+
+    def files_in(folder: Path) -> list[Path]:
+        return sorted(path for path in folder.iterdir() if path.is_file())
+
+    first, second = (root / layout.version_dir(version.prefix, n) for n in (1, 2))
     changes = root / layout.changes_dir(version.prefix, 2)
-    named = [*(directory / f.name for f in version.files), *sorted(changes.iterdir()), directory / "_manifest",
-             directory, changes, root / version.prefix]
-    late = [str(path) for path in named if not _flushed_before(calls, path, linked)]
-    assert not late, f"not flushed to the disk before the commit record: {late}"
+    late = _late_for(calls, root / layout.log_path(version.prefix, 1), files_in(first),  # CreateTable's version
+                     [first, table, table.parent, root])
+    late += _late_for(calls, root / layout.log_path(version.prefix, 2), [*files_in(second), *files_in(changes)],
+                      [second, changes, changes.parent, table])
+    change_data = table / "_change_data" / layout.version_dir_name(2)  # Delta's cdc actions name these
+    assert files_in(change_data), "the write made no Delta change data files: the check below would be vacuous"
+    late += _late_for(calls, table / "_delta_log" / f"{2:020d}.json", files_in(change_data),
+                      [change_data, change_data.parent])
+    metadata = table / "metadata"
+    late += _late_for(calls, metadata / "v2.metadata.json",
+                      [path for path in files_in(metadata) if path.suffix == ".avro"], [metadata])
+    checkpoints = sorted((table / "_delta_log").glob("*.checkpoint.parquet"))  # delta-rs's, at Delta's first commit
+    assert checkpoints, "no Delta checkpoint was written: the check below would be vacuous"
+    late += [str(path) for path in checkpoints if not _fsynced(calls, path)]  # retention deletes the logs behind it
+    assert not late, f"not on the disk when a commit record named it: {late}"

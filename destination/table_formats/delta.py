@@ -182,6 +182,9 @@ class DeltaFormat:
             for filler in fillers:
                 storage.create_exclusive(_commit_path(prefix, filler), _filler_json(version))
             body, state = _commit_json(version, previous)
+            if version.change_data:  # the change data files the commit names, durable before it (a local disk)
+                folders = {f"{prefix}/{c.path.rpartition('/')[0]}" for c in version.change_data}
+                storage.sync_directories([*sorted(folders), f"{prefix}/{CHANGE_DATA}", prefix])
             # a writer losing the race for version N finds it there and leaves it as it is
             if storage.create_exclusive(_commit_path(prefix, number), body) and not fillers:
                 _LAST_COMMITS.keep(storage.url(prefix), number, body, state)
@@ -297,6 +300,9 @@ def _checkpoint(storage: Storage, prefix: str, version: int) -> None:
         _open(storage, prefix, version).create_checkpoint()
     if newest and int(json.loads(newest)["version"]) > version:
         storage.write_bytes(pointer, newest)
+    # delta-rs does not fsync what it writes; the log files the checkpoint stands for are deleted next (_retire)
+    storage.sync_files([*storage.list_starting_with(f"{prefix}/{LOG}/{version:020d}.checkpoint"), pointer])
+    storage.sync_directories([f"{prefix}/{LOG}"])
 
 
 def _retire(storage: Storage, prefix: str, names: list[str], oldest_retained: int) -> None:

@@ -202,6 +202,7 @@ class IcebergFormat:
         commit = _Commit(storage, prefix, io_, version, previous, oldest_retained, kept.live if kept else None)
         metadata = commit.build()
         data = metadata.model_dump_json(exclude_none=True).encode("utf-8")
+        storage.sync_directories([f"{prefix}/{METADATA}", prefix])  # its manifests durable before it (a local disk)
         if not storage.create_exclusive(_metadata_path(prefix, version.version), data):
             _LAST_COMMITS.forget(table)
             for path in commit.written:  # another writer committed this version first: its files stand

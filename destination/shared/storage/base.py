@@ -147,6 +147,10 @@ class Storage(ABC):
         survive a crash of the machine: before a commit record names them. Nothing to do where an object is
         durable once written (S3)."""
 
+    def sync_files(self, paths: Sequence[str]) -> None:  # noqa: B027 (a backend's hook, mostly empty)
+        """Make the bytes of files another library wrote at `paths` (delta-rs's checkpoints) survive a crash of the
+        machine. Nothing to do where an object is durable once written (S3)."""
+
     @contextmanager
     def open_input(self, path: str, size: int | None = None) -> Iterator[pa.NativeFile]:
         """A random-access reader of the object at `path`. FileNotFoundError when it is missing, StorageError when

@@ -2,11 +2,13 @@
 
 Durability: a commit record must not survive a crash of the machine without what it names. So a table's files
 are fsynced when written (`open_output`, `write_bytes`, a copied file), the folders holding their names are
-fsynced before the commit record is created (`sync_directories`, called by the commit), and the record itself
-(`create_exclusive`, the commit point of versions, claims and the table formats' logs) is fsynced before it is
-linked into place and its folder after."""
+fsynced before the commit record is created (`sync_directories`, called by the commit and by the table formats
+before theirs), and the record itself (`create_exclusive`, the commit point of versions, claims and the table
+formats' logs) is fsynced before it is linked into place, and its folder (and any folder made for it) after.
+Files another library wrote (delta-rs's checkpoints) are fsynced by `sync_files`."""
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
@@ -74,6 +76,7 @@ class LocalStorage(Storage):
         # Write a temp file then link it into place: link() fails if the target exists, so the
         # object appears complete and atomically, and exactly one of several racers wins.
         target = self._p(path)
+        made = _absent_folders(target.parent)  # made here: their names, as the record's, made durable below
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.parent / f".tmp-{uuid.uuid4().hex}"
         try:
@@ -86,7 +89,9 @@ class LocalStorage(Storage):
             return False
         finally:
             tmp.unlink(missing_ok=True)
-        _fsync(target.parent, directory=True)
+        with self.translated("write", path):
+            for folder in (target.parent, *(f.parent for f in made)):
+                _fsync(folder, directory=True)
         return True
 
     def exists(self, path: str) -> bool:
@@ -149,6 +154,11 @@ class LocalStorage(Storage):
             with self.translated("write", directory):
                 _fsync(self._p(directory), directory=True)
 
+    def sync_files(self, paths: Sequence[str]) -> None:
+        for path in paths:
+            with self.translated("write", path):
+                _fsync(self._p(path))
+
     @property
     def arrow_fs(self) -> pafs.FileSystem:
         return self._fs
@@ -159,11 +169,25 @@ class LocalStorage(Storage):
         return str(target)
 
 
+def _absent_folders(folder: Path) -> list[Path]:
+    """`folder` and those above it that do not exist yet, innermost first."""
+    absent = []
+    while not folder.exists() and folder != folder.parent:
+        absent.append(folder)
+        folder = folder.parent
+    return absent
+
+
 def _fsync(path: Path, directory: bool = False) -> None:
     """Flush a closed file's bytes (Linux fsyncs through a read-only descriptor too), or a folder's entries
-    (the names created, linked or renamed in it), to the disk."""
+    (the names created, linked or renamed in it), to the disk. A filesystem that cannot fsync a folder (EINVAL,
+    EBADF: some network and FUSE filesystems) makes its entries durable otherwise, or not at all: as PostgreSQL
+    does, that is not an error."""
     fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
     try:
         os.fsync(fd)
+    except OSError as exc:
+        if not (directory and exc.errno in (errno.EINVAL, errno.EBADF)):
+            raise
     finally:
         os.close(fd)
