@@ -301,7 +301,7 @@ def _checkpoint(storage: Storage, prefix: str, version: int) -> None:
     if newest and int(json.loads(newest)["version"]) > version:
         storage.write_bytes(pointer, newest)
     # delta-rs does not fsync what it writes; the log files the checkpoint stands for are deleted next (_retire)
-    storage.sync_files([*storage.list_starting_with(f"{prefix}/{LOG}/{version:020d}.checkpoint"), pointer])
+    storage.sync_files([f"{prefix}/{LOG}/{version:020d}.checkpoint.parquet", pointer])  # delta-rs's one-part name
     storage.sync_directories([f"{prefix}/{LOG}"])
 
 
