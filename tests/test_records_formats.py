@@ -25,9 +25,9 @@ import pytest
 from destination.shared.errors import BadRequest, DamagedDataFile, UserActionRequired
 from destination.shared.records_formats import hints as hints_mod
 from destination.shared.records_formats.codec import Codec, codec
-from destination.shared.records_formats.directory import write_directory
 from destination.shared.table_model import ColumnDef, TableDef
 from destination.shared.type_mapping import arrow_schema
+from tests.records_directory import write_directory
 
 UTC = dt.UTC
 META = "_destination_meta"

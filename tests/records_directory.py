@@ -1,6 +1,6 @@
-"""A local records directory of one data file in a codec's format: what records-mover and the loaders read
-(data file, `_schema.json`, `_format_*`, then `_manifest` last), for tests; the table store writes its versions'
-own (destination/store/commit.py)."""
+"""A local records directory of one data file in a codec's format, for the records-mover and loader tests: what they
+read (data file, `_schema.json`, `_format_*`, then `_manifest` last); the table store writes its versions' own
+(destination/store/commit.py)."""
 from __future__ import annotations
 
 from pathlib import Path
