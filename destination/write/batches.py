@@ -21,7 +21,6 @@ from typing import BinaryIO
 from destination.shared.batch.reader import FileFormat
 from destination.shared.errors import BadBatchFile, TableNotFound, UserActionRequired
 from destination.shared.pools import shared_pool
-from destination.shared.table_model import TableDef
 from destination.store.versions import TableVersion
 from spark_jobs.contracts import FILE_KINDS, BatchFileRef
 
@@ -73,11 +72,6 @@ def check_mode(current: TableVersion | None, rpc: str) -> TableVersion:
         raise UserActionRequired(f"the table is {mode} but {rpc} was called; migrate the table's sync mode "
                                  "(Migrate table_sync_mode_migration) or re-create it in the right mode")
     return current
-
-
-def added_columns(current: TableDef, requested: TableDef) -> list[str]:
-    """The request's columns the table lacks (§10.10: they are added before the write)."""
-    return [c.name for c in requested.columns if current.column(c.name) is None]
 
 
 def files_format(files: dict[str, list[str]], fmt: FileFormat, server_format: str) -> FileFormat:
