@@ -83,7 +83,9 @@ class _State:
 
     def positions(self, op_keys: pa.Array) -> tuple[pa.Array, np.ndarray]:
         """Each operation key's live row (null: none), and the mask of live rows holding any of the keys. The few
-        operation keys are hashed and the state probed with them: hashing the state instead costs 8x (measured)."""
+        operation keys are hashed and the state probed with them: hashing the state instead costs 8x (measured). The
+        stored rows alone, integer keys in order (a file as read), are searched by bisection instead
+        (destination.shared.keys.bisected)."""
         if not self.alive.any():  # an empty range (a load): nothing to hash
             return pa.nulls(len(op_keys), pa.int64()), self.alive
         if self.rows.num_rows == self.stored and self.keys.num_chunks == 1 and self.alive.all():

@@ -1,6 +1,7 @@
 """A commit on a local disk survives a crash of the machine with everything it names: the kernel's own record of
 a real server's system calls (strace) shows each file of the version, and the folders naming them, flushed to the
-disk before the commit record is linked into place, the record's bytes before it, and its folder after."""
+disk before the commit record is linked into place, the record's bytes before it, and its folder after; the same
+for the Delta and Iceberg commits that follow, and delta-rs's checkpoint flushed."""
 from __future__ import annotations
 
 import os
@@ -49,14 +50,12 @@ def _calls(trace: Path) -> list[Call]:
         if match is None:
             continue
         pid, resumed, name, args, result = match.groups()
-        if resumed is not None:
-            args = started.pop((pid, resumed), "")
-            name = resumed
+        if resumed is not None:  # a resumed call always ends with its result
+            name, args = resumed, started.pop((pid, resumed), "")
         elif result is None:
             started[(pid, name)] = args
             continue
-        if result is not None:
-            calls.append(Call(name, args, int(result), number))
+        calls.append(Call(name, args, int(result), number))
     return calls
 
 

@@ -12,7 +12,6 @@ import errno
 import os
 import shutil
 import tempfile
-import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -59,17 +58,11 @@ class LocalStorage(Storage):
     def write_bytes(self, path: str, data: bytes) -> None:
         target = self._p(path)
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+        tmp = _synced_temporary(target.parent, data)
         try:
-            # mkstemp creates 0600; the renamed file must be as readable as the data files beside it
-            os.fchmod(fd, 0o666 & ~process_umask())
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
             os.replace(tmp, target)
         except BaseException:
-            Path(tmp).unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
             raise
 
     def create_exclusive(self, path: str, data: bytes) -> bool:
@@ -78,12 +71,8 @@ class LocalStorage(Storage):
         target = self._p(path)
         made = _absent_folders(target.parent)  # made here: their names, as the record's, made durable below
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.parent / f".tmp-{uuid.uuid4().hex}"
+        tmp = _synced_temporary(target.parent, data)
         try:
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
             os.link(tmp, target)
         except FileExistsError:
             return False
@@ -167,6 +156,22 @@ class LocalStorage(Storage):
         target = self._p(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         return str(target)
+
+
+def _synced_temporary(folder: Path, data: bytes) -> Path:
+    """`data` in a new temporary file of `folder` (a `.tmp-` name listings leave out), on the disk when this returns,
+    as readable as the data files beside it (mkstemp creates 0600): renamed or linked into place by the caller."""
+    fd, name = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), 0o666 & ~process_umask())
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise
+    return Path(name)
 
 
 def _absent_folders(folder: Path) -> list[Path]:
