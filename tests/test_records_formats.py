@@ -697,8 +697,8 @@ def test_a_damaged_avro_or_compressed_delimited_file_is_a_task_naming_the_file_a
     written = write_data_file(storage, "v1", "part-x.parquet", rows, table_def, None)
     path = f"v1/{written.name}"
     data = storage.read_bytes(path)
-    if damage == "a value beyond its type":  # the file as another writer might leave it: 31337 as a long
-        reader = fastavro.reader(io.BytesIO(data))  # the SHORT column `s` is an Avro int: 987654 fits that
+    if damage == "a value beyond its type":  # as another writer might leave it: the SHORT column `s` is an Avro
+        reader = fastavro.reader(io.BytesIO(data))  # int, which holds 987654; a SHORT does not
         schema, records = reader.writer_schema, list(reader)
         out = io.BytesIO()
         fastavro.writer(out, schema, [{**r, "s": 987654} for r in records])
