@@ -16,7 +16,7 @@ from destination.shared.on_disk.locations import file_dir
 from destination.shared.storage.base import Storage
 from destination.shared.table_model import ColumnDef, TableDef
 from destination.store.table_store import Retention, TableStore
-from destination.store.versions import PendingVersion, TableVersion, VersionTarget
+from destination.store.versions import CommitEvent, PendingVersion, TableVersion, VersionTarget
 
 TABLE = TableDef("events", (ColumnDef("id", "LONG", True), ColumnDef("v", "STRING"),
                             ColumnDef("_fivetran_synced", "UTC_DATETIME")))
@@ -379,3 +379,43 @@ def test_the_kept_versions_are_bounded_by_tables_and_files(storage: Storage, mon
     assert len(kept) == 2 and sum(len(v.files) for v in reader._known.values()) == 4  # the files bound bites first
     assert kept == [store.table_prefix(SCHEMA, f"events{t}") for t in (3, 4)]  # the most recently used
     assert len(reader._named) == 3
+
+
+def test_a_write_builds_on_the_version_its_request_checked_until_another_writer_commits(
+        storage: Storage, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The latest version a request loaded (`checked`) is its commit's base without a second read of `_latest`, the
+    log or the base's folder; a commit by another writer in between sends the write back to a fresh read, which is
+    not a commit conflict, and nothing of either write is lost."""
+    events: list[CommitEvent] = []
+    mine, other = TableStore(storage, observer=events.append), TableStore(storage)
+    mine.write(SCHEMA, "events", lambda base, target: PendingVersion(TABLE, [], [], {"kind": "create"}))
+    mine.write(SCHEMA, "events", appender(storage, 1))
+    prefix = mine.table_prefix(SCHEMA, "events")
+    bases: list[int] = []
+
+    def recording(first_id: int):  # type: ignore[no-untyped-def]
+        def produce(base: TableVersion | None, target: VersionTarget) -> tuple[PendingVersion, None]:
+            assert base is not None
+            bases.append(base.version)
+            return appender(storage, first_id)(base, target), None
+        return produce
+
+    checked = mine.load(SCHEMA, "events")
+    assert checked is not None and checked.version == 2
+    reads: list[str] = []
+    with monkeypatch.context() as spied:
+        for name in ("read_bytes", "exists", "list_recursive"):
+            real = getattr(storage, name)
+            spied.setattr(storage, name, lambda path, *a, _real=real, **k: (reads.append(path), _real(path, *a, **k))[1])
+        committed, _ = mine.write_with_result(SCHEMA, "events", recording(10), checked=checked)
+    assert committed is not None and committed.version == 3 and bases == [2]
+    assert layout.latest_path(prefix) not in reads and layout.log_path(prefix, 3) in reads  # the claim's own check
+    assert layout.version_dir(prefix, 2) not in reads  # the base's folder is not listed again
+
+    checked = mine.load(SCHEMA, "events")
+    other.write(SCHEMA, "events", appender(storage, 100))  # version 4, by another writer, after the request's check
+    committed, _ = mine.write_with_result(SCHEMA, "events", recording(20), checked=checked)
+    assert committed is not None and committed.version == 5 and bases == [2, 4]
+    assert events[-1].conflicts == 0 and events[-1].attempts == 1
+    assert ids(mine, committed) == [1, 2, 3, 10, 11, 12, 20, 21, 22, 100, 101, 102]
+    assert validate_version(storage, committed.directory) == []

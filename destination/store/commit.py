@@ -102,10 +102,12 @@ class Committer:
         return committed
 
     def write_with_result(self, schema: str, table: str, produce: ProduceWithResult[R], *,
-                          batch: RequestIdentity | None = None) -> tuple[TableVersion | None, R]:
+                          batch: RequestIdentity | None = None,
+                          checked: TableVersion | None = None) -> tuple[TableVersion | None, R]:
         """`write` for a `produce` that also returns a result: handed back with the version, from the call that
-        made it (a conflict calls `produce` again on a new base)."""
-        return self._write(schema, table, produce, batch, self._reader.load_version)
+        made it (a conflict calls `produce` again on a new base). `checked`: the table's latest version as the
+        caller loaded it during this request (`_write`)."""
+        return self._write(schema, table, produce, batch, self._reader.load_version, checked)
 
     def repair(self, schema: str, table: str) -> Repair | None:
         """When the latest committed version is incomplete, commit the newest complete version's files (and
@@ -128,23 +130,33 @@ class Committer:
                 "kind": "repair", "restored_version": base.version,
                 "incomplete_versions": list(range(base.version + 1, target.version))}), base.version
 
-        committed, restored = self._write(schema, table, restore, None, self._reader.last_complete)
+        committed, restored = self._write(schema, table, restore, None, self._reader.last_complete, None)
         assert committed is not None
         return Repair(tuple(range(restored + 1, committed.version)), restored, committed.version)
 
     def _write(self, schema: str, table: str,
                produce: ProduceWithResult[R], batch: RequestIdentity | None,
-               load_base: Callable[[str, str, int], TableVersion | None]) -> tuple[TableVersion | None, R]:
-        """The commit protocol around `produce`; `load_base(schema, table, n)` reads the base version."""
+               load_base: Callable[[str, str, int], TableVersion | None],
+               checked: TableVersion | None) -> tuple[TableVersion | None, R]:
+        """The commit protocol around `produce`; `load_base(schema, table, n)` reads the base version.
+
+        `checked`, the latest version the caller loaded during this request (its files listed then), is the first
+        attempt's base while the reader still keeps it as the table's latest: no second read of `_latest`, the log
+        and the listing (three requests on S3). The claim on the version after it finds a commit made since, and
+        sends the attempt back to a fresh read; that is not a conflict."""
         prefix = self._names.table_prefix(schema, table)
         self._names.keep_full_names(schema, table, prefix)
         deadline = time.monotonic() + CLAIM_WAIT_SECONDS
         conflicts: list[CommitConflict] = []
+        known = checked if checked is not None and self._reader.is_latest_known(checked) else None
         while len(conflicts) < MAX_ATTEMPTS:
-            base_n = self._reader.latest_version_number(prefix)
+            base_n = known.version if known is not None else self._reader.latest_version_number(prefix)
             target = base_n + 1
             with phases.timed("commit"):
                 claim = self._claims.claim(prefix, target)
+            if claim is ClaimRefused.COMMITTED and known is not None:  # committed since the caller's load
+                known = None
+                continue
             if claim is ClaimRefused.COMMITTED:  # version taken by a commit: redo on the new base
                 conflicts.append(CommitConflict(f"version {target} was committed by another writer"))
                 continue
@@ -155,7 +167,8 @@ class Committer:
                 continue
             try:
                 with phases.timed("load"):
-                    base = load_base(schema, table, base_n) if base_n else None
+                    base = known if known is not None else load_base(schema, table, base_n) if base_n else None
+                known = None  # a conflict below: the next attempt reads afresh
                 if batch is not None and base is not None and batch.seen_in(base.recent_batches):
                     raise AlreadyApplied(base.version)
                 spot = VersionTarget(target, layout.version_dir(prefix, target), layout.changes_dir(prefix, target),

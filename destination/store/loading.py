@@ -90,6 +90,11 @@ class VersionReader:
                 return None
             return known
 
+    def is_latest_known(self, version: TableVersion) -> bool:
+        """`version` is the very version kept as its table's latest (loaded complete or committed by this process),
+        and the `_latest` read last names it."""
+        return self._known_version(version.prefix, version.version) is version
+
     def load(self, schema: str, table: str, version: int | None = None) -> TableVersion | None:
         """The given version (IncompleteVersion if it lacks files), or the newest complete one."""
         with phases.timed("load"):

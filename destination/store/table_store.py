@@ -100,9 +100,11 @@ class TableStore:
         return self._commits.write(schema, table, produce, batch=batch)
 
     def write_with_result(self, schema: str, table: str, produce: ProduceWithResult[R], *,
-                          batch: RequestIdentity | None = None) -> tuple[TableVersion | None, R]:
-        """`write` for a `produce` that also returns a result of its own (Committer.write_with_result)."""
-        return self._commits.write_with_result(schema, table, produce, batch=batch)
+                          batch: RequestIdentity | None = None,
+                          checked: TableVersion | None = None) -> tuple[TableVersion | None, R]:
+        """`write` for a `produce` that also returns a result of its own; `checked`: the latest version as the
+        caller loaded it during this request (Committer.write_with_result)."""
+        return self._commits.write_with_result(schema, table, produce, batch=batch, checked=checked)
 
     def repair(self, schema: str, table: str) -> Repair | None:
         """Commit the newest complete version again when the latest one is incomplete (Committer.repair)."""

@@ -70,7 +70,7 @@ def write_batch(writers: Writers, request: BatchRequest, server_format: str, spa
             raise AlreadyApplied(current.version)  # (the store checks again under its claim, for races)
         with staged_for_executors(plan, store.storage, spark_master) as staged_plan:
             staging_seconds = time.perf_counter() - started
-            outcome = writers.writes.write_batch(schema, table, staged_plan, request.rpc)
+            outcome = writers.writes.write_batch(schema, table, staged_plan, request.rpc, checked=current)
     except AlreadyApplied as done:
         _follow_up(store, schema, table)  # the first try may have died between its commit and the formats/catalog
         return BatchRetried(len(plan.files), done.version)

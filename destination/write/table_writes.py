@@ -48,12 +48,14 @@ class TableWrites:
         self._changes = changes
         self._small_request = small_request  # batch files up to this size (as sent) are decoded on the driver
 
-    def write_batch(self, schema: str, table_name: str, plan: BatchPlan, rpc: str = WRITE_BATCH) -> Outcome:
+    def write_batch(self, schema: str, table_name: str, plan: BatchPlan, rpc: str = WRITE_BATCH,
+                    checked: TableVersion | None = None) -> Outcome:
         """Merge one request's batch files (plain or history, by the table's mode) over the table's key ranges,
         on one of two paths (docs/ARCHITECTURE.md "Write path"): a small request is decoded here and merged by one
         task per key range it touches; any other request is decoded and sorted into runs by one task per file,
         then merged by one task per key range. A table still in key-hash buckets is first placed in key ranges
-        (a version of its own). A request without rows commits nothing."""
+        (a version of its own). A request without rows commits nothing. `checked`: the table's latest version as
+        the request loaded it (TableStore.write_with_result)."""
         def produce(base: TableVersion | None, target: VersionTarget) -> tuple[PendingVersion | None, Outcome]:
             if base is None:
                 raise TableNotFound(f"{rpc}: table {schema}.{table_name} does not exist; CreateTable must come first")
@@ -77,7 +79,8 @@ class TableWrites:
             return PendingVersion(base.table, out.new_files, carried, {"kind": kind, "counts": out.counts},
                                   out.change_parts(KIND_ROWS)), merged
         try:
-            committed, merged = self._commits.commit_with_result(schema, table_name, produce, batch=plan.identity)
+            committed, merged = self._commits.commit_with_result(schema, table_name, produce, batch=plan.identity,
+                                                                 checked=checked)
         except _InHashBuckets:
             self.place_in_ranges(schema, table_name)
             committed, merged = self._commits.commit_with_result(schema, table_name, produce, batch=plan.identity)

@@ -44,15 +44,16 @@ class CommitsWithChanges:
         return committed
 
     def commit_with_result(self, schema: str, name: str, produce: ProducerWithResult[R], *,
-                           batch: RequestIdentity | None = None) -> tuple[TableVersion | None, R]:
+                           batch: RequestIdentity | None = None,
+                           checked: TableVersion | None = None) -> tuple[TableVersion | None, R]:
         """`commit` for a `produce` that also returns its job's result (counts, timings): handed back with the
-        version it committed (or, with nothing to commit, the latest)."""
+        version it committed (or, with nothing to commit, the latest). `checked`: TableStore.write_with_result."""
         def produce_with_changes(base: TableVersion | None, target: VersionTarget) -> tuple[PendingVersion | None, R]:
             pending, result = produce(base, target)
             if pending is not None and self._changes.enabled:
                 pending.changes = self._complete_changes(schema, base, target, pending)
             return pending, result
-        return self._store.write_with_result(schema, name, produce_with_changes, batch=batch)
+        return self._store.write_with_result(schema, name, produce_with_changes, batch=batch, checked=checked)
 
     def _complete_changes(self, schema: str, base: TableVersion | None, target: VersionTarget,
                           pending: PendingVersion) -> ChangeSet:
