@@ -249,10 +249,32 @@ def test_commit_is_idempotent_and_a_losing_writer_leaves_nothing(tmp_path: Path)
     assert _sorted(table.scan().to_arrow().to_pylist()) == lake.expected(10, [*BASE.column_names, DESTINATION_META])
     assert sorted(p.name for p in metadata_dir.glob("v*.metadata.json")) == ["v10.metadata.json"]
 
-    # a hint left behind by a crash between the commit point and the hint's move is moved forward
+    # a hint left behind by a crash between the commit point and the hint's move (a process that died: it keeps
+    # nothing of its commits) is moved forward by the next log
+    from destination.table_formats import iceberg
+
+    iceberg._LAST_COMMITS.forget(lake.location)
     (metadata_dir / "version-hint.text").write_text("7")
     assert lake.format.log(storage, PREFIX).last == 10
     assert (metadata_dir / "version-hint.text").read_text() == "10"
+
+    # a hint this process failed to move after its commit point is moved forward by its next log too (the log reads
+    # no hint after this process's own commit: it moved the hint there before keeping the commit)
+    real_write = storage.write_bytes
+
+    def failing_hint(path: str, data: bytes) -> None:
+        if path.endswith("version-hint.text"):
+            raise OSError("disk full")
+        real_write(path, data)
+    storage.write_bytes = failing_hint  # type: ignore[method-assign]
+    try:
+        with pytest.raises(OSError, match="disk full"):
+            lake.commit(11, BASE, [later], oldest_retained=9)
+    finally:
+        del storage.write_bytes
+    assert (metadata_dir / "version-hint.text").read_text() == "10"
+    assert lake.format.log(storage, PREFIX).last == 11
+    assert (metadata_dir / "version-hint.text").read_text() == "11"
 
 
 def test_oldest_retained_ends_time_travel_to_older_snapshots(storage: Storage) -> None:

@@ -62,9 +62,11 @@ from __future__ import annotations
 import io
 import json
 import uuid
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from typing import Final
 
+import pyarrow.parquet as pq
 from pyiceberg.io import FileIO, InputFile, InputStream, OutputFile, OutputStream
 from pyiceberg.io.pyarrow import (
     MetricModeTypes,
@@ -110,6 +112,8 @@ from pyiceberg.types import (
 
 from destination.shared import field_ids, logs
 from destination.shared.errors import DestinationError
+from destination.shared.on_disk import layout
+from destination.shared.pools import shared_pool
 from destination.shared.records_formats.codec import format_of_name
 from destination.shared.storage.base import Storage, StorageSpec
 from destination.shared.table_model import AVRO, DESTINATION_META, ColumnDef, TableDef
@@ -126,6 +130,7 @@ LEFT_OUT = field_ids.ICEBERG_LEFT_OUT
 COMMENT = "comment"
 MAX_ICEBERG_DECIMAL = 38
 _AVRO_CODEC: Final = "deflate"
+READ_THREADS = 8  # new files' footers and kept files' checks at once, for all Iceberg commits of the process
 _LEFT_OUT_ID = -1  # the statistics' stand-in id of a Parquet column the Iceberg schema leaves out
 _SIMPLE_TYPES: dict[str, IcebergType] = {
     "BOOLEAN": BooleanType(), "SHORT": IntegerType(), "INT": IntegerType(), "LONG": LongType(),
@@ -172,44 +177,53 @@ class IcebergFormat:
 
     def log(self, storage: Storage, prefix: str) -> FormatLog:
         """The `metadata/v<N>.metadata.json` files; a hint left behind by a crash between the commit and the
-        hint's move is moved forward here."""
+        hint's move is moved forward here (not read when the newest file is the one this process committed last:
+        it moved the hint there before keeping that commit)."""
         versions = _metadata_versions(storage, prefix)
-        if versions:
+        if versions and _LAST_COMMITS.number(storage.url(prefix)) != versions[-1]:
             _move_hint(storage, prefix, versions[-1])
         return FormatLog(tuple(versions), ())
 
     def commit(self, storage: Storage, prefix: str, version: LakeVersion, oldest_retained: int,
                log: FormatLog | None = None) -> None:
         versions = list(log.versions) if log is not None else _metadata_versions(storage, prefix)
-        self.commit_on(storage, prefix, version, oldest_retained, versions)
+        # a log taken for this commit left the hint at its newest file (`log`)
+        self.commit_on(storage, prefix, version, oldest_retained, versions,
+                       hint=versions[-1] if log is not None and versions else None)
 
     def commit_on(self, storage: Storage, prefix: str, version: LakeVersion, oldest_retained: int,
-                  versions: list[int]) -> None:
+                  versions: list[int], hint: int | None = None) -> None:
         """`commit` on top of the metadata files `versions` (as listed before: another writer may have committed
-        since)."""
+        since); `hint`: the number the hint holds, when known (else it is read before it is moved)."""
         if versions and versions[-1] >= version.version:
             return  # there already (or a newer one: this version was caught up by another writer)
-        io_ = StorageFileIO(storage)
+        io_ = StorageFileIO(storage, gather=True)
         table = storage.url(prefix)
+        reads = shared_pool("iceberg-reads", READ_THREADS)
+        footers = _read_footers(reads, storage, prefix, version)  # beside the reads of the previous snapshot below
         kept = previous = None
         if versions:
             newest = _metadata_path(prefix, versions[-1])
+            candidate = _LAST_COMMITS.unverified(table, versions[-1])
+            there = reads.submit(storage.all_exist, candidate.needs) if candidate is not None else None
             body = storage.read_bytes(newest)
             previous = _parse_metadata(storage.url(newest), body)
             kept = _LAST_COMMITS.state(table, versions[-1], lambda: body)
-            if kept is not None and not storage.all_exist(kept.needs):
+            if kept is not None and (kept is not candidate or there is None or not there.result()):
                 kept = None  # its manifest list or manifest is gone (another process deleting the folder): read it
-        commit = _Commit(storage, prefix, io_, version, previous, oldest_retained, kept.live if kept else None)
+        commit = _Commit(storage, prefix, io_, version, previous, oldest_retained, kept.live if kept else None,
+                         footers)
         metadata = commit.build()
         data = metadata.model_dump_json(exclude_none=True).encode("utf-8")
+        storage.write_all(io_.gathered)  # the manifest and the manifest list, side by side
         storage.sync_directories([f"{prefix}/{METADATA}", prefix])  # its manifests durable before it (a local disk)
         if not storage.create_exclusive(_metadata_path(prefix, version.version), data):
             _LAST_COMMITS.forget(table)
             for path in commit.written:  # another writer committed this version first: its files stand
                 storage.delete(path)
             return
+        _move_hint(storage, prefix, version.version, hint)
         _LAST_COMMITS.keep(table, version.version, data, _Kept(commit.live, tuple(commit.written)))
-        _move_hint(storage, prefix, version.version)
         commit.delete_retired(versions)
         logs.info(f"iceberg: version {version.version} committed ({len(version.files)} live files, "
                   f"{commit.added} added, {commit.removed} removed, {len(commit.retired)} snapshots retired)")
@@ -268,15 +282,32 @@ class _Kept:
 _LAST_COMMITS: LastCommits[_Kept] = LastCommits(weight=lambda kept: kept.statistics, max_weight=50_000)
 
 
-def _move_hint(storage: Storage, prefix: str, version: int) -> None:
-    """Point the hint at `version` unless it points at a newer one already."""
+def _move_hint(storage: Storage, prefix: str, version: int, known: int | None = None) -> None:
+    """Point the hint at `version` unless it points at a newer one already (`known`: the number it holds, when
+    known; else it is read)."""
     path = f"{prefix}/{METADATA}/{HINT}"
-    try:
-        current = storage.read_bytes(path).decode("utf-8").strip()
-    except FileNotFoundError:
-        current = ""
-    if not current.isdigit() or int(current) < version:
+    if known is None:
+        try:
+            current = storage.read_bytes(path).decode("utf-8").strip()
+        except FileNotFoundError:
+            current = ""
+        known = int(current) if current.isdigit() else None
+    if known is None or known < version:
         storage.write_bytes(path, str(version).encode("utf-8"))
+
+
+def _read_footers(pool: Executor, storage: Storage, prefix: str,
+                  version: LakeVersion) -> dict[str, Future[pq.FileMetaData]]:
+    """The footers of the Parquet files in the version's own folder (its new files, which its entries take their
+    statistics from), read side by side in `pool` while the commit reads the previous snapshot: on S3 one round
+    trip's time beside the others, not one per file after them."""
+    own = f"{layout.version_dir_name(version.version)}/"
+
+    def footer(path: str, size: int) -> pq.FileMetaData:
+        with storage.open_input(path, size) as source:
+            return pq.read_metadata(source)
+    return {storage.url(f"{prefix}/{f.path}"): pool.submit(footer, f"{prefix}/{f.path}", f.bytes)
+            for f in version.files if f.path.startswith(own) and format_of_name(f.path) != AVRO}
 
 
 @dataclass
@@ -324,9 +355,10 @@ class _Commit:
     metadata it commits, and what it retires."""
 
     def __init__(self, storage: Storage, prefix: str, io_: StorageFileIO, version: LakeVersion,
-                 previous: TableMetadataV2 | None, oldest_retained: int, previous_live: list[ManifestEntry] | None
-                 ) -> None:
+                 previous: TableMetadataV2 | None, oldest_retained: int, previous_live: list[ManifestEntry] | None,
+                 footers: dict[str, Future[pq.FileMetaData]]) -> None:
         self.storage, self.prefix, self.io, self.version = storage, prefix, io_, version
+        self.footers = footers  # the new files' footers being read (by URL); any other file's is read when needed
         self.previous, self.oldest_retained = previous, oldest_retained
         self.previous_live = previous_live  # the previous snapshot's live entries when known; None: read them
         self.live: list[ManifestEntry] = []  # this snapshot's live entries, as a reader of its manifest finds them
@@ -439,10 +471,12 @@ class _Commit:
                 content=DataFileContent.DATA, file_path=url, file_format=FileFormat.AVRO, partition=Record(),
                 record_count=file.rows, file_size_in_bytes=file.bytes, sort_order_id=None,
                 equality_ids=None, key_metadata=None)
-        import pyarrow.parquet as pq
-
-        with self.storage.open_input(self.io.path_of(url), file.bytes) as source:
-            footer = pq.read_metadata(source)
+        reading = self.footers.get(url)
+        if reading is not None:
+            footer = reading.result()
+        else:
+            with self.storage.open_input(self.io.path_of(url), file.bytes) as source:
+                footer = pq.read_metadata(source)
         by_path = parquet_path_to_id_mapping(schema)
         columns = {footer.schema.column(i).path for i in range(footer.num_columns)}
         stats = data_file_statistics_from_parquet_metadata(
@@ -523,12 +557,15 @@ def _version_of_metadata_file(url: str) -> int:
 
 class StorageFileIO(FileIO):
     """pyiceberg's FileIO over our Storage, for the manifests this writer reads and writes: absolute URLs below
-    the storage root map to its relative paths."""
+    the storage root map to its relative paths. `gather`: what is written is kept in `gathered` (path, bytes), for
+    the caller to store side by side, instead of stored as each file closes."""
 
-    def __init__(self, storage: Storage) -> None:
+    def __init__(self, storage: Storage, gather: bool = False) -> None:
         super().__init__()
         self.storage = storage
         self.root = storage.url("").rstrip("/") + "/"
+        self.gather = gather
+        self.gathered: list[tuple[str, bytes]] = []
 
     def path_of(self, location: str) -> str:
         if not location.startswith(self.root):
@@ -570,7 +607,11 @@ class _Buffer(io.BytesIO):
     def close(self) -> None:
         if not self.closed:
             data = self.getvalue()
-            self.output.file_io.storage.write_bytes(self.output.file_io.path_of(self.output.location), data)
+            file_io = self.output.file_io
+            if file_io.gather:
+                file_io.gathered.append((file_io.path_of(self.output.location), data))
+            else:
+                file_io.storage.write_bytes(file_io.path_of(self.output.location), data)
             self.output.length = len(data)
         super().close()
 
