@@ -3,8 +3,9 @@ a small sync's cost on S3 is its round trips (docs/BENCHMARKS.md, the fleet), so
 gone. A new small data file is one PUT (not a multipart upload's three requests) and its size is the bytes written
 (no HEAD); a stored small data file is read with one GET (not a HEAD and ranged GETs); each table format lists its
 folder once per commit; the version the last sync committed is the next one's base without reading its metadata
-documents again, the version a request checked is its commit's base without a second check, and Iceberg's next
-snapshot is built without reading the last one's manifests back."""
+documents again, the version a request checked is its commit's base without a second check, the commit record and
+Iceberg's hint this process wrote are not read back, and Iceberg's next snapshot is built without reading the last
+one's manifests back."""
 from __future__ import annotations
 
 import re
@@ -73,6 +74,9 @@ def test_a_small_sync_writes_and_reads_each_data_file_in_one_request(stub, proxy
     assert not [r for r in sync if r[0] == "GET" and re.search(r"/metadata/[^/?]+\.avro$", r[1])], sync
     # the base is the version the first sync committed: its definition and file list are known, not read again
     assert not [r for r in sync if re.search(r"/v\d+/_(table|files)\.json$", r[1]) and r[0] == "GET"], sync
+    # what this process wrote itself is not read back: the version's commit record (for the formats), and Iceberg's
+    # hint (it moved the hint to its last commit)
+    assert not [r for r in sync if r[0] == "GET" and re.search(r"/_log/0+3\.json$|/version-hint\.text$", r[1])], sync
     # the version the request checked is the commit's base: `_latest` read and the base's folder listed once
     assert len([r for r in sync if r[0] == "GET" and r[1].endswith("/_latest")]) == 1, sync
     assert len([r for r in sync if r[0] == "GET" and r[1].endswith("%2Fv00000000000000000002%2F&encoding-type=url")]) == 1, sync

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import pyarrow as pa
@@ -351,8 +352,12 @@ def test_a_commit_stands_when_the_server_stops_before_its_housekeeping(storage: 
     store = TableStore(storage)
     store.write(SCHEMA, "events", appender(storage, 1))
 
-    def stopping(name: str, workers: int, calls: object) -> None:
-        raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+    real = commit.side_by_side
+
+    def stopping(name: str, workers: int, calls: Sequence[Callable[[], object]]) -> None:
+        if name == "commit-housekeeping":  # the pool the work after the commit record goes to
+            raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+        real(name, workers, calls)
 
     monkeypatch.setattr(commit, "side_by_side", stopping)
     second = store.write(SCHEMA, "events", appender(storage, 10))

@@ -272,24 +272,35 @@ class Committer:
         if not s.create_exclusive(layout.log_path(prefix, target), records.dumps(record)):
             raise LostClaim(f"{prefix!r}: version {target} was committed by another writer during this write")
         # the version as a load reads it, from the documents just written: the next write's base, with no reads
-        self._reader.remember(version_of(schema, prefix, target, json.loads(table_doc), json.loads(files_doc)))
+        self._reader.remember(version_of(schema, prefix, target, json.loads(table_doc), json.loads(files_doc)), record)
         self._fault("after_commit_record")
         return TableVersion(schema=schema, version=target, table=pending.table, files=tuple(files), prefix=prefix,
                             committed_at=committed_at, recent_batches=recent, change_totals=totals)
 
     def _check_claim(self, prefix: str, target: int, generation: int) -> None:
         if not self._claims.holds(prefix, target, generation):
-            raise LostClaim(f"{prefix!r}: another writer took over version {target} while this write prepared it")
+            raise _lost_claim(prefix, target)
 
     def _check_before_commit(self, prefix: str, target: int, generation: int, files: list[DataFile],
                              changes: ChangeSet | None, format_file: str) -> None:
-        """Only the claim's holder commits, and only a version holding every file its manifests list."""
-        self._check_claim(prefix, target, generation)
-        missing = self._reader.missing_of_version(layout.version_dir(prefix, target), files, format_file)
-        if changes is not None:
-            directory = layout.changes_dir(prefix, target)
-            missing += [f"changes/{name}" for name in self._reader.missing_files(
-                directory, [*changes.metadata, records.MANIFEST, *(name for name, _ in changes.files)])]
+        """Only the claim's holder commits, and only a version holding every file its manifests list: the claim's
+        and the folders' listings side by side (on S3 one round trip's time)."""
+        holds: list[bool] = []
+        missing: list[str] = []
+        missing_changes: list[str] = []
+
+        def change_files(directory: str, names: list[str]) -> None:
+            missing_changes.extend(f"changes/{name}" for name in self._reader.missing_files(directory, names))
+        side_by_side("commit-checks", HOUSEKEEPING_THREADS, [
+            lambda: holds.append(self._claims.holds(prefix, target, generation)),
+            lambda: missing.extend(self._reader.missing_of_version(layout.version_dir(prefix, target), files,
+                                                                   format_file)),
+            *([partial(change_files, layout.changes_dir(prefix, target),
+                       [*changes.metadata, records.MANIFEST, *(name for name, _ in changes.files)])]
+              if changes is not None else [])])
+        if not holds[0]:
+            raise _lost_claim(prefix, target)
+        missing += missing_changes
         if missing:
             raise LostClaim(f"{prefix!r}: version {target} lacks {len(missing)} of its files before its commit "
                             f"({', '.join(missing[:SHOWN_MISSING])}); nothing was committed")
@@ -339,6 +350,10 @@ class Committer:
         s.write_all([(f"{directory}/{name}", body) for name, body in changes.metadata.items()])
         s.write_bytes(f"{directory}/{records.MANIFEST}", records.dumps(
             records.manifest_json([(s.url(f"{directory}/{name}"), size) for name, size in changes.files])))
+
+
+def _lost_claim(prefix: str, target: int) -> LostClaim:
+    return LostClaim(f"{prefix!r}: another writer took over version {target} while this write prepared it")
 
 
 def _folders_of_version(prefix: str, target: int, with_changes: bool, first: bool) -> list[str]:

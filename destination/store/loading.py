@@ -42,6 +42,7 @@ class VersionReader:
         self._known: OrderedDict[str, TableVersion] = OrderedDict()
         self._known_files = 0
         self._named: OrderedDict[str, tuple[int, float]] = OrderedDict()  # prefix → (version, commit time) of `_latest`
+        self._records: dict[str, dict[str, Any]] = {}  # prefix → the commit record of its kept version, if written here
 
     def latest_version_number(self, prefix: str) -> int:
         n, at = 0, None
@@ -65,16 +66,31 @@ class VersionReader:
                 self._named.pop(prefix, None)
         return n
 
-    def remember(self, version: TableVersion) -> None:
+    def remember(self, version: TableVersion, record: dict[str, Any] | None = None) -> None:
         """`version` (just committed by this process, or loaded complete) as its table's latest known version: it
-        must be the version as `version_of` builds it from its metadata documents."""
+        must be the version as `version_of` builds it from its metadata documents; `record`: its commit record,
+        when this process just wrote it."""
         with self._lock:
             replaced = self._known.pop(version.prefix, None)
             self._known_files += len(version.files) - (len(replaced.files) if replaced is not None else 0)
             self._known[version.prefix] = version
+            if record is not None:
+                self._records[version.prefix] = record
+            else:
+                self._records.pop(version.prefix, None)
             while len(self._known) > KNOWN_TABLES or (self._known_files > KNOWN_FILES and len(self._known) > 1):
-                _, forgotten = self._known.popitem(last=False)
+                prefix, forgotten = self._known.popitem(last=False)
                 self._known_files -= len(forgotten.files)
+                self._records.pop(prefix, None)
+
+    def written_record(self, version: TableVersion) -> dict[str, Any] | None:
+        """The commit record of `version` when this process wrote it and keeps the version as its table's latest
+        (same number and commit time: a table dropped and made again elsewhere has another)."""
+        with self._lock:
+            known = self._known.get(version.prefix)
+            if known is None or known.version != version.version or known.committed_at != version.committed_at:
+                return None
+            return self._records.get(version.prefix)
 
     def forget(self, prefix: str) -> None:
         """A table dropped by this process: nothing of it is known any more."""
@@ -82,6 +98,7 @@ class VersionReader:
             forgotten = self._known.pop(prefix, None)
             self._known_files -= len(forgotten.files) if forgotten is not None else 0
             self._named.pop(prefix, None)
+            self._records.pop(prefix, None)
 
     def _known_version(self, prefix: str, n: int) -> TableVersion | None:
         with self._lock:

@@ -141,3 +141,9 @@ class TableStore:
 
     def commit_record(self, prefix: str, n: int) -> dict[str, Any]:
         return self._retention.commit_record(prefix, n)
+
+    def record_of(self, version: TableVersion) -> dict[str, Any]:
+        """`version`'s commit record: the one this process wrote when it committed the version last (no read), else
+        read ({} when it is not there)."""
+        written = self._reader.written_record(version)
+        return written if written is not None else self.commit_record(version.prefix, version.version)

@@ -181,7 +181,7 @@ def _remove_stale(storage: Storage, prefix: str, fmt: TableFormat, latest: Table
 def lake_version(store: TableStore, prefix: str, version: TableVersion, with_change_data: bool) -> LakeVersion:
     """The version as the formats take it; `with_change_data` (a format reads them): its row events written as
     change data files (none for a version without row events: `()`)."""
-    record = store.commit_record(prefix, version.version)
+    record = store.record_of(version)
     changes: dict[str, Any] = record.get("changes") or {}
     operation = record.get("operation") or {}
     change_data: tuple[ChangeDataFile, ...] | None = None
