@@ -18,6 +18,7 @@ import pytest
 from destination.cli import main as cli_main
 from destination.shared.changes import cdf
 from destination.shared.changes.replay import read_version
+from destination.shared.errors import StorageError
 from destination.shared.on_disk import layout, records
 from destination.shared.on_disk.datafiles import align, read_data_file, write_data_file
 from destination.shared.on_disk.locations import file_dir
@@ -160,6 +161,32 @@ def test_a_crash_between_the_records_commit_and_the_formats_is_caught_up_by_the_
     assert third is not None and third.version == 3
     assert ids_in(delta_rs(storage.spec, url, 2)) == ids_in(iceberg_pyiceberg(storage.spec, url, 2)) == [0, 1, 2, 10, 11, 12]
     assert ids_in(delta_rs(storage.spec, url)) == ids_in(iceberg_pyiceberg(storage.spec, url)) == [0, 1, 2, 10, 11, 12, 20, 21, 22]
+
+
+def test_a_failed_latest_hint_does_not_keep_the_formats_behind(storage: Storage, monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """`_latest` and the claims' clean-up run beside the formats after the commit record: a storage failure of one
+    of them is a warning, and the formats still follow the version (readers step forward from the old `_latest`)."""
+    store = lake_store(storage)
+    store.write(SCHEMA, "events", appender(storage, 0))
+    prefix = layout.table_prefix(SCHEMA, "events")
+    real_write = storage.write_bytes
+
+    def refusing_latest(path: str, data: bytes) -> None:
+        if path == layout.latest_path(prefix):
+            raise StorageError(f"{path}: access denied")
+        real_write(path, data)
+    monkeypatch.setattr(storage, "write_bytes", refusing_latest)
+    second = store.write(SCHEMA, "events", appender(storage, 10))
+    monkeypatch.undo()
+    assert second is not None and second.version == 2
+    assert "version 2 committed; housekeeping failed" in capsys.readouterr().out
+    assert json.loads(storage.read_bytes(layout.latest_path(prefix)))["version"] == 1  # the hint left behind
+    url = storage.url(prefix)
+    assert delta_table(storage.spec, url).version() == 2
+    assert ids_in(delta_rs(storage.spec, url)) == ids_in(iceberg_pyiceberg(storage.spec, url)) == [0, 1, 2, 10, 11, 12]
+    latest = TableStore(storage).load(SCHEMA, "events")
+    assert latest is not None and latest.version == 2
 
 
 @pytest.mark.parametrize(("records_format", "removed"), [("delimited", ("_delta_log", "_change_data", "metadata")),

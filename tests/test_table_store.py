@@ -14,6 +14,7 @@ from destination.commands.validator import validate_version
 from destination.shared.on_disk import layout
 from destination.shared.on_disk.datafiles import align, read_data_file, write_data_file, write_sorted_files
 from destination.shared.on_disk.locations import file_dir
+from destination.shared.pools import Started
 from destination.shared.storage.base import Storage
 from destination.shared.table_model import ColumnDef, TableDef
 from destination.store.table_store import Retention, TableStore
@@ -352,14 +353,14 @@ def test_a_commit_stands_when_the_server_stops_before_its_housekeeping(storage: 
     store = TableStore(storage)
     store.write(SCHEMA, "events", appender(storage, 1))
 
-    real = commit.side_by_side
+    real = commit.start
 
-    def stopping(name: str, workers: int, calls: Sequence[Callable[[], object]]) -> None:
+    def stopping(name: str, workers: int, calls: Sequence[Callable[[], object]]) -> Started:
         if name == "commit-housekeeping":  # the pool the work after the commit record goes to
             raise RuntimeError("cannot schedule new futures after interpreter shutdown")
-        real(name, workers, calls)
+        return real(name, workers, calls)
 
-    monkeypatch.setattr(commit, "side_by_side", stopping)
+    monkeypatch.setattr(commit, "start", stopping)
     second = store.write(SCHEMA, "events", appender(storage, 10))
     assert second is not None and second.version == 2
     monkeypatch.undo()

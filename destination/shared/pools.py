@@ -30,20 +30,38 @@ def shared_pool(name: str, workers: int) -> ThreadPoolExecutor:
         return made[1]
 
 
-def side_by_side(name: str, workers: int, calls: Sequence[Callable[[], object]]) -> None:
-    """Run `calls` at once in the pool `name` (one alone runs here), each in a copy of the caller's context (its
-    log fields); every call has ended when this returns, and the first failure (in the calls' order) is raised. A
-    pool that takes no more work (the interpreter is exiting) raises its RuntimeError once the calls it took ended."""
-    if len(calls) < 2:
-        for call in calls:
-            call()
-        return
+class Started:
+    """Calls running in a pool (`start`) while their caller goes on."""
+
+    def __init__(self, futures: list[Future[object]]) -> None:
+        self._futures = futures
+
+    def wait(self) -> None:
+        """Every call ended; the first failure (in the calls' order) raised."""
+        wait(self._futures)
+        for future in self._futures:
+            future.result()
+
+
+def start(name: str, workers: int, calls: Sequence[Callable[[], object]]) -> Started:
+    """Start `calls` in the pool `name`, each in a copy of the caller's context (its log fields). A pool that takes
+    no more work (the interpreter is exiting) raises its RuntimeError once the calls it took ended."""
     pool = shared_pool(name, workers)
     futures: list[Future[object]] = []
     try:
         for call in calls:
             futures.append(pool.submit(contextvars.copy_context().run, call))
-    finally:
+    except BaseException:
         wait(futures)
-    for future in futures:
-        future.result()
+        raise
+    return Started(futures)
+
+
+def side_by_side(name: str, workers: int, calls: Sequence[Callable[[], object]]) -> None:
+    """Run `calls` at once in the pool `name` (one alone runs here, `start`); every call has ended when this
+    returns, and the first failure (in the calls' order) is raised."""
+    if len(calls) < 2:
+        for call in calls:
+            call()
+        return
+    start(name, workers, calls).wait()

@@ -35,7 +35,7 @@ from destination.shared.errors import CommitConflict, StorageError, UserActionRe
 from destination.shared.on_disk import layout, records
 from destination.shared.on_disk.datafiles import DataFile, empty_table, write_data_file
 from destination.shared.on_disk.locations import file_path
-from destination.shared.pools import side_by_side
+from destination.shared.pools import side_by_side, start
 from destination.shared.records_formats.codec import table_codec
 from destination.shared.storage.base import Storage
 from destination.store.carry import CarryForward
@@ -307,29 +307,46 @@ class Committer:
 
     def _finish(self, prefix: str, committed: TableVersion) -> None:
         s = self.storage
+        latest = records.dumps({"version": committed.version, "directory": layout.version_dir_name(committed.version),
+                                "committed_at": committed.committed_at})
         try:
-            latest = records.dumps({"version": committed.version, "directory": layout.version_dir_name(committed.version),
-                                    "committed_at": committed.committed_at})
             # the hint and the claims (the base's too: a writer died after its commit) are independent of each
-            # other: side by side, on S3 one round trip's time rather than four
-            side_by_side("commit-housekeeping", HOUSEKEEPING_THREADS, [
-                partial(s.write_bytes, layout.latest_path(prefix), latest),
-                *(partial(self._claims.drop, prefix, version) for version in (committed.version - 1, committed.version))])
-            follow = self._follow
-            with phases.timed("retention"):  # the formats' commits, inside it, are phases of their own
-                if follow is None:
-                    self._retention.collect_garbage(prefix, committed.version)
-                else:
-                    self._fault("before_table_formats")
-                    self._retention.collect_garbage(prefix, committed.version,
-                                                    before_retiring=lambda oldest: follow(prefix, committed, oldest))
-        except StorageError as exc:  # the commit stands; housekeeping is retried next time
+            # other, and of the formats and retention (none of which reads them): all side by side, on S3 the
+            # formats' time rather than theirs plus two round trips
+            calls = [partial(s.write_bytes, layout.latest_path(prefix), latest),
+                     *(partial(self._claims.drop, prefix, version) for version in (committed.version - 1, committed.version))]
+            housekeeping = start("commit-housekeeping", HOUSEKEEPING_THREADS,
+                                 [partial(self._housekeeping, prefix, committed.version, call) for call in calls])
+            try:
+                self._follow_and_retain(prefix, committed)
+            finally:
+                housekeeping.wait()  # its failures are warnings (`_housekeeping`): a failure above stays the one raised
+        except StorageError as exc:  # the commit stands; retention is retried next time
             logs.warning(f"{prefix}: version {committed.version} committed; housekeeping failed: {exc}")
         except RuntimeError as exc:  # the server is stopping and its pools take no more work: the commit stands
             if _abandoned_by_shutdown(exc) is None:
                 raise
             logs.warning(f"{prefix}: version {committed.version} committed; the server is stopping, so `_latest`, "
                          "the claims and the table formats are left to the next write of the table")
+
+    @staticmethod
+    def _housekeeping(prefix: str, version: int, call: Callable[[], object]) -> None:
+        """`_latest` or a claim's clean-up after the commit of `version`: a storage failure leaves it to the next
+        commit of the table (readers step forward from an old `_latest`; a committed version's claim is stale)."""
+        try:
+            call()
+        except StorageError as exc:
+            logs.warning(f"{prefix}: version {version} committed; housekeeping failed: {exc}")
+
+    def _follow_and_retain(self, prefix: str, committed: TableVersion) -> None:
+        follow = self._follow
+        with phases.timed("retention"):  # the formats' commits, inside it, are phases of their own
+            if follow is None:
+                self._retention.collect_garbage(prefix, committed.version)
+            else:
+                self._fault("before_table_formats")
+                self._retention.collect_garbage(prefix, committed.version,
+                                                before_retiring=lambda oldest: follow(prefix, committed, oldest))
 
     def _abandon(self, prefix: str, target: int, generation: int) -> None:
         """Undo an attempt that committed nothing. Its directory is cleared only while this writer still holds the
