@@ -389,9 +389,10 @@ def test_the_kept_versions_are_bounded_by_tables_and_files(storage: Storage, mon
 
 def test_a_write_builds_on_the_version_its_request_checked_until_another_writer_commits(
         storage: Storage, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The latest version a request loaded (`checked`) is its commit's base without a second read of `_latest`, the
-    log or the base's folder; a commit by another writer in between sends the write back to a fresh read, which is
-    not a commit conflict, and nothing of either write is lost."""
+    """The latest version a request loaded (`checked`) is its commit's base without stepping through the log or
+    listing the base's folder again (`_latest` is read once, beside the claim); a commit by another writer in
+    between, or the table dropped and made again by another, sends the write back to a fresh read, which is not a
+    commit conflict, and nothing of either write is lost."""
     events: list[CommitEvent] = []
     mine, other = TableStore(storage, observer=events.append), TableStore(storage)
     mine.write(SCHEMA, "events", lambda base, target: PendingVersion(TABLE, [], [], {"kind": "create"}))
@@ -415,7 +416,8 @@ def test_a_write_builds_on_the_version_its_request_checked_until_another_writer_
             spied.setattr(storage, name, lambda path, *a, _real=real, **k: (reads.append(path), _real(path, *a, **k))[1])
         committed, _ = mine.write_with_result(SCHEMA, "events", recording(10), checked=checked)
     assert committed is not None and committed.version == 3 and bases == [2]
-    assert layout.latest_path(prefix) not in reads and layout.log_path(prefix, 3) in reads  # the claim's own check
+    assert reads.count(layout.latest_path(prefix)) == 1  # beside the claim
+    assert reads.count(layout.log_path(prefix, 3)) == 1  # the claim's own check: no stepping forward before it
     assert layout.version_dir(prefix, 2) not in reads  # the base's folder is not listed again
 
     checked = mine.load(SCHEMA, "events")
@@ -425,3 +427,14 @@ def test_a_write_builds_on_the_version_its_request_checked_until_another_writer_
     assert events[-1].conflicts == 0 and events[-1].attempts == 1
     assert ids(mine, committed) == [1, 2, 3, 10, 11, 12, 20, 21, 22, 100, 101, 102]
     assert validate_version(storage, committed.directory) == []
+
+    checked = mine.load(SCHEMA, "events")
+    other.drop(SCHEMA, "events")  # made again by another writer, up to a lower version: no claim or record at 6
+    other.write(SCHEMA, "events", lambda base, target: PendingVersion(TABLE, [], [], {"kind": "create"}))
+    other.write(SCHEMA, "events", appender(storage, 200))
+    committed, _ = mine.write_with_result(SCHEMA, "events", recording(30), checked=checked)
+    assert committed is not None and committed.version == 3 and bases == [2, 4, 2]
+    assert events[-1].conflicts == 0
+    assert ids(mine, committed) == [30, 31, 32, 200, 201, 202]
+    assert validate_version(storage, committed.directory) == []
+    assert not storage.exists(layout.log_path(prefix, 6)) and TableStore(storage).load(SCHEMA, "events") == committed

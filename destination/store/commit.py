@@ -1,7 +1,8 @@
 """Committing a table's next version atomically: the commit protocol around a writer's work.
 
 Commit protocol (docs/ARCHITECTURE.md has the full story):
-1. Load: read `_latest` (a hint), then step forward while `_log/<N+1>.json` exists.
+1. Load: read `_latest` (a hint), then step forward while `_log/<N+1>.json` exists (or start from the version the
+   request loaded, while `_latest` still names it: checked beside step 2's claim).
 2. Claim: create `_log/<N+1>.claim` if absent, so that only one writer fills `v<N+1>/`.
    A claim left by a crashed writer (ours from an earlier failed attempt, a dead pid
    on this host, or older than the lease) is taken over by creating, if absent, the claim's
@@ -13,8 +14,8 @@ Commit protocol (docs/ARCHITECTURE.md has the full story):
    `_manifest` last.
 5. Commit: check that this writer still holds the highest claim generation and that every file the
    manifests list is there, then create `_log/<N+1>.json` if absent. Only now is the version visible.
-6. Point `_latest` at it, drop the claim's generations, and apply retention (a data file goes only when no
-   retained version lists it).
+6. Point `_latest` at it and drop the claim's generations, beside the table formats' commits and retention (a data
+   file goes only when no retained version lists it).
 If the base moved (someone committed N+1 first, or took the claim over) the caller's work is redone on the new
 base; an attempt never clears a directory it no longer holds or that is committed. A committed version found
 incomplete anyway is skipped by readers (`load` falls back to the newest complete one), refused as a write's
@@ -141,9 +142,11 @@ class Committer:
         """The commit protocol around `produce`; `load_base(schema, table, n)` reads the base version.
 
         `checked`, the latest version the caller loaded during this request (its files listed then), is the first
-        attempt's base while the reader still keeps it as the table's latest: no second read of `_latest`, the log
-        and the listing (three requests on S3). The claim on the version after it finds a commit made since, and
-        sends the attempt back to a fresh read; that is not a conflict."""
+        attempt's base while the reader still keeps it as the table's latest and `_latest`, read beside the claim,
+        still names it (number and commit time: the table dropped and made again elsewhere names another): no
+        stepping through the log and no second listing, and on S3 one round trip for the check instead of three.
+        The claim on the version after it finds a commit made since. Either sends the attempt back to a fresh
+        read; that is not a conflict."""
         prefix = self._names.table_prefix(schema, table)
         self._names.keep_full_names(schema, table, prefix)
         deadline = time.monotonic() + CLAIM_WAIT_SECONDS
@@ -153,8 +156,10 @@ class Committer:
             base_n = known.version if known is not None else self._reader.latest_version_number(prefix)
             target = base_n + 1
             with phases.timed("commit"):
-                claim = self._claims.claim(prefix, target)
-            if claim is ClaimRefused.COMMITTED and known is not None:  # committed since the caller's load
+                claim, still_latest = self._claim(prefix, target, known)
+            if not still_latest:  # a commit since the caller's load, or the table made again: read afresh
+                if not isinstance(claim, ClaimRefused):
+                    self._abandon(prefix, target, claim)
                 known = None
                 continue
             if claim is ClaimRefused.COMMITTED:  # version taken by a commit: redo on the new base
@@ -211,6 +216,18 @@ class Committer:
             return committed, result
         self._observer(CommitEvent(schema, table, None, attempts=len(conflicts), conflicts=len(conflicts)))
         raise CommitConflict(f"{prefix!r}: gave up after {len(conflicts)} commit conflicts (last: {conflicts[-1]})")
+
+    def _claim(self, prefix: str, target: int, known: TableVersion | None) -> tuple[int | ClaimRefused, bool]:
+        """The claim on `target`, and whether `known` (if given) is still the table's latest: `_latest` names it,
+        read beside the claim, and the claim finds no commit of `target`."""
+        if known is None:
+            return self._claims.claim(prefix, target), True
+        claimed: list[int | ClaimRefused] = []
+        named: list[bool] = []
+        side_by_side("commit-checks", HOUSEKEEPING_THREADS, [
+            lambda: claimed.append(self._claims.claim(prefix, target)),
+            lambda: named.append(self._reader.latest_names(known))])
+        return claimed[0], named[0] and claimed[0] is not ClaimRefused.COMMITTED
 
     def _commit(self, schema: str, prefix: str, base: TableVersion | None, target: int, generation: int,
                 pending: PendingVersion, batch_id: str | None, committed_at: float) -> TableVersion:
@@ -326,16 +343,17 @@ class Committer:
         except RuntimeError as exc:  # the server is stopping and its pools take no more work: the commit stands
             if _abandoned_by_shutdown(exc) is None:
                 raise
-            logs.warning(f"{prefix}: version {committed.version} committed; the server is stopping, so `_latest`, "
-                         "the claims and the table formats are left to the next write of the table")
+            logs.warning(f"{prefix}: version {committed.version} committed; the server is stopping, so what of "
+                         "`_latest`, the claims and the table formats was not done is left to the next write of the table")
 
     @staticmethod
     def _housekeeping(prefix: str, version: int, call: Callable[[], object]) -> None:
-        """`_latest` or a claim's clean-up after the commit of `version`: a storage failure leaves it to the next
-        commit of the table (readers step forward from an old `_latest`; a committed version's claim is stale)."""
+        """`_latest` or a claim's clean-up after the commit of `version`: a failure (storage refusing or unreachable)
+        leaves it to the next commit of the table (readers step forward from an old `_latest`; a committed
+        version's claim is stale), and never stands in for a failure of the formats beside it."""
         try:
             call()
-        except StorageError as exc:
+        except Exception as exc:
             logs.warning(f"{prefix}: version {version} committed; housekeeping failed: {exc}")
 
     def _follow_and_retain(self, prefix: str, committed: TableVersion) -> None:

@@ -66,6 +66,14 @@ class VersionReader:
                 self._named.pop(prefix, None)
         return n
 
+    def latest_names(self, version: TableVersion) -> bool:
+        """Whether `_latest` names `version` (number and commit time): one read, no stepping through the log."""
+        try:
+            latest = json.loads(self.storage.read_bytes(layout.latest_path(version.prefix)))
+            return int(latest["version"]) == version.version and latest.get("committed_at") == version.committed_at
+        except (FileNotFoundError, ValueError, KeyError, TypeError):  # gone, or unreadable: not known to name it
+            return False
+
     def remember(self, version: TableVersion, record: dict[str, Any] | None = None) -> None:
         """`version` (just committed by this process, or loaded complete) as its table's latest known version: it
         must be the version as `version_of` builds it from its metadata documents; `record`: its commit record,

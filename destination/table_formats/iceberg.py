@@ -131,6 +131,7 @@ COMMENT = "comment"
 MAX_ICEBERG_DECIMAL = 38
 _AVRO_CODEC: Final = "deflate"
 READ_THREADS = 8  # new files' footers and kept files' checks at once, for all Iceberg commits of the process
+PREFETCHED = 32  # new files whose footers a commit reads ahead
 _LEFT_OUT_ID = -1  # the statistics' stand-in id of a Parquet column the Iceberg schema leaves out
 _SIMPLE_TYPES: dict[str, IcebergType] = {
     "BOOLEAN": BooleanType(), "SHORT": IntegerType(), "INT": IntegerType(), "LONG": LongType(),
@@ -200,20 +201,23 @@ class IcebergFormat:
         io_ = StorageFileIO(storage, gather=True)
         table = storage.url(prefix)
         reads = shared_pool("iceberg-reads", READ_THREADS)
-        footers = _read_footers(reads, storage, prefix, version)  # beside the reads of the previous snapshot below
-        kept = previous = None
-        if versions:
-            newest = _metadata_path(prefix, versions[-1])
-            candidate = _LAST_COMMITS.unverified(table, versions[-1])
-            there = reads.submit(storage.all_exist, candidate.needs) if candidate is not None else None
-            body = storage.read_bytes(newest)
-            previous = _parse_metadata(storage.url(newest), body)
-            kept = _LAST_COMMITS.state(table, versions[-1], lambda: body)
-            if kept is not None and (kept is not candidate or there is None or not there.result()):
-                kept = None  # its manifest list or manifest is gone (another process deleting the folder): read it
-        commit = _Commit(storage, prefix, io_, version, previous, oldest_retained, kept.live if kept else None,
-                         footers)
-        metadata = commit.build()
+        candidate = _LAST_COMMITS.unverified(table, versions[-1]) if versions else None
+        there = reads.submit(storage.all_exist, candidate.needs) if candidate is not None else None
+        footers = _Footers(reads, storage, prefix, version)  # beside the reads of the previous snapshot below
+        try:
+            kept = previous = None
+            if versions:
+                newest = _metadata_path(prefix, versions[-1])
+                body = storage.read_bytes(newest)
+                previous = _parse_metadata(storage.url(newest), body)
+                kept = _LAST_COMMITS.state(table, versions[-1], lambda: body)
+                if kept is not None and (kept is not candidate or there is None or not there.result()):
+                    kept = None  # its manifest list or manifest is gone (another process deleting the folder): read it
+            commit = _Commit(storage, prefix, io_, version, previous, oldest_retained, kept.live if kept else None,
+                             footers)
+            metadata = commit.build()
+        finally:
+            footers.cancel()
         data = metadata.model_dump_json(exclude_none=True).encode("utf-8")
         storage.write_all(io_.gathered)  # the manifest and the manifest list, side by side
         storage.sync_directories([f"{prefix}/{METADATA}", prefix])  # its manifests durable before it (a local disk)
@@ -296,18 +300,33 @@ def _move_hint(storage: Storage, prefix: str, version: int, known: int | None = 
         storage.write_bytes(path, str(version).encode("utf-8"))
 
 
-def _read_footers(pool: Executor, storage: Storage, prefix: str,
-                  version: LakeVersion) -> dict[str, Future[pq.FileMetaData]]:
-    """The footers of the Parquet files in the version's own folder (its new files, which its entries take their
-    statistics from), read side by side in `pool` while the commit reads the previous snapshot: on S3 one round
-    trip's time beside the others, not one per file after them."""
-    own = f"{layout.version_dir_name(version.version)}/"
+class _Footers:
+    """The Parquet footers a commit's new entries take their statistics from. Those of the first PREFETCHED files
+    in the version's own folder (its new files) are read side by side in `pool` as the commit starts, while it reads
+    the previous snapshot: on S3 one round trip's time beside the others, not one per file after them. Any other
+    is read when asked for (a version rewriting thousands of files holds a few footers at a time, not all)."""
 
-    def footer(path: str, size: int) -> pq.FileMetaData:
-        with storage.open_input(path, size) as source:
+    def __init__(self, pool: Executor, storage: Storage, prefix: str, version: LakeVersion) -> None:
+        self._storage = storage
+        own = f"{layout.version_dir_name(version.version)}/"
+        new = [f for f in version.files if f.path.startswith(own) and format_of_name(f.path) != AVRO]
+        self._reading: dict[str, Future[pq.FileMetaData]] = {
+            storage.url(f"{prefix}/{f.path}"): pool.submit(self._read, f"{prefix}/{f.path}", f.bytes)
+            for f in new[:PREFETCHED]}
+
+    def footer(self, path: str, url: str, size: int) -> pq.FileMetaData:
+        reading = self._reading.pop(url, None)
+        return reading.result() if reading is not None else self._read(path, size)
+
+    def cancel(self) -> None:
+        """The reads not started yet are dropped (the commit ended, or failed)."""
+        for reading in self._reading.values():
+            reading.cancel()
+        self._reading.clear()
+
+    def _read(self, path: str, size: int) -> pq.FileMetaData:
+        with self._storage.open_input(path, size) as source:
             return pq.read_metadata(source)
-    return {storage.url(f"{prefix}/{f.path}"): pool.submit(footer, f"{prefix}/{f.path}", f.bytes)
-            for f in version.files if f.path.startswith(own) and format_of_name(f.path) != AVRO}
 
 
 @dataclass
@@ -356,9 +375,9 @@ class _Commit:
 
     def __init__(self, storage: Storage, prefix: str, io_: StorageFileIO, version: LakeVersion,
                  previous: TableMetadataV2 | None, oldest_retained: int, previous_live: list[ManifestEntry] | None,
-                 footers: dict[str, Future[pq.FileMetaData]]) -> None:
+                 footers: _Footers) -> None:
         self.storage, self.prefix, self.io, self.version = storage, prefix, io_, version
-        self.footers = footers  # the new files' footers being read (by URL); any other file's is read when needed
+        self.footers = footers
         self.previous, self.oldest_retained = previous, oldest_retained
         self.previous_live = previous_live  # the previous snapshot's live entries when known; None: read them
         self.live: list[ManifestEntry] = []  # this snapshot's live entries, as a reader of its manifest finds them
@@ -471,12 +490,7 @@ class _Commit:
                 content=DataFileContent.DATA, file_path=url, file_format=FileFormat.AVRO, partition=Record(),
                 record_count=file.rows, file_size_in_bytes=file.bytes, sort_order_id=None,
                 equality_ids=None, key_metadata=None)
-        reading = self.footers.get(url)
-        if reading is not None:
-            footer = reading.result()
-        else:
-            with self.storage.open_input(self.io.path_of(url), file.bytes) as source:
-                footer = pq.read_metadata(source)
+        footer = self.footers.footer(self.io.path_of(url), url, file.bytes)
         by_path = parquet_path_to_id_mapping(schema)
         columns = {footer.schema.column(i).path for i in range(footer.num_columns)}
         stats = data_file_statistics_from_parquet_metadata(
