@@ -74,7 +74,7 @@ Follow = Callable[[str, TableVersion, int], bool]  # FollowCommit, given the sto
 
 class Committer:
     """Writes a table's versions through the commit protocol: claim, the caller's files, carry-forward, metadata,
-    commit record, then `_latest`, the `follow` hook (the table formats) and retention."""
+    commit record, then what follows it (`AfterCommit`)."""
 
     def __init__(self, storage: Storage, names: TableNames, reader: VersionReader, claims: Claims,
                  retention: VersionRetention, carry_forward: CarryForward, *, fault: FaultHook,
@@ -87,7 +87,7 @@ class Committer:
         self._carry_forward = carry_forward
         self._fault = fault
         self._observer = observer
-        self._follow = follow
+        self._after = AfterCommit(storage, claims, retention, fault=fault, follow=follow)
 
     def write(self, schema: str, table: str,
               produce: Produce, *, batch: RequestIdentity | None = None) -> TableVersion | None:
@@ -201,7 +201,7 @@ class Committer:
                 raise
             try:
                 with phases.timed("commit"):
-                    self._finish(prefix, committed)
+                    self._after.finish(prefix, committed)
             except Exception as exc:  # a catalog fault after the commit: the version stands, reported below
                 followed: Exception | None = exc
             else:
@@ -322,7 +322,41 @@ class Committer:
             raise LostClaim(f"{prefix!r}: version {target} lacks {len(missing)} of its files before its commit "
                             f"({', '.join(missing[:SHOWN_MISSING])}); nothing was committed")
 
-    def _finish(self, prefix: str, committed: TableVersion) -> None:
+    def _abandon(self, prefix: str, target: int, generation: int) -> None:
+        """Undo an attempt that committed nothing. Its directory is cleared only while this writer still holds the
+        claim and `target` is not committed: after a takeover it belongs to another writer, who may commit it."""
+        try:
+            if self.storage.exists(layout.log_path(prefix, target)) or not self._claims.holds(prefix, target, generation):
+                self.storage.delete(layout.claim_path(prefix, target, generation))
+                return
+            self._claims.clear_unfinished(prefix, target)
+            self._claims.drop(prefix, target)
+        except Exception as exc:  # best effort: a leftover is cleaned up by takeover or retention
+            logs.warning(f"{prefix}: could not clean up unfinished version {target}: {exc}")
+
+    def _write_changes(self, prefix: str, target: int, changes: ChangeSet) -> None:
+        """The change directory's metadata, then its `_manifest` (last, as in every records directory)."""
+        s = self.storage
+        directory = layout.changes_dir(prefix, target)
+        s.write_all([(f"{directory}/{name}", body) for name, body in changes.metadata.items()])
+        s.write_bytes(f"{directory}/{records.MANIFEST}", records.dumps(
+            records.manifest_json([(s.url(f"{directory}/{name}"), size) for name, size in changes.files])))
+
+
+class AfterCommit:
+    """What follows a commit record: `_latest` and the claims' clean-up, beside the `follow` hook (the table formats)
+    and retention."""
+
+    def __init__(self, storage: Storage, claims: Claims, retention: VersionRetention, *, fault: FaultHook,
+                 follow: Follow | None) -> None:
+        self.storage = storage
+        self._claims = claims
+        self._retention = retention
+        self._fault = fault
+        self._follow = follow
+
+    def finish(self, prefix: str, committed: TableVersion) -> None:
+        """`_latest` and the claims' clean-up (their failures are warnings), beside the formats and retention."""
         s = self.storage
         latest = records.dumps({"version": committed.version, "directory": layout.version_dir_name(committed.version),
                                 "committed_at": committed.committed_at})
@@ -365,26 +399,6 @@ class Committer:
                 self._fault("before_table_formats")
                 self._retention.collect_garbage(prefix, committed.version,
                                                 before_retiring=lambda oldest: follow(prefix, committed, oldest))
-
-    def _abandon(self, prefix: str, target: int, generation: int) -> None:
-        """Undo an attempt that committed nothing. Its directory is cleared only while this writer still holds the
-        claim and `target` is not committed: after a takeover it belongs to another writer, who may commit it."""
-        try:
-            if self.storage.exists(layout.log_path(prefix, target)) or not self._claims.holds(prefix, target, generation):
-                self.storage.delete(layout.claim_path(prefix, target, generation))
-                return
-            self._claims.clear_unfinished(prefix, target)
-            self._claims.drop(prefix, target)
-        except Exception as exc:  # best effort: a leftover is cleaned up by takeover or retention
-            logs.warning(f"{prefix}: could not clean up unfinished version {target}: {exc}")
-
-    def _write_changes(self, prefix: str, target: int, changes: ChangeSet) -> None:
-        """The change directory's metadata, then its `_manifest` (last, as in every records directory)."""
-        s = self.storage
-        directory = layout.changes_dir(prefix, target)
-        s.write_all([(f"{directory}/{name}", body) for name, body in changes.metadata.items()])
-        s.write_bytes(f"{directory}/{records.MANIFEST}", records.dumps(
-            records.manifest_json([(s.url(f"{directory}/{name}"), size) for name, size in changes.files])))
 
 
 def _lost_claim(prefix: str, target: int) -> LostClaim:
