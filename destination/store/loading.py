@@ -44,11 +44,15 @@ class VersionReader:
         self._named: OrderedDict[str, tuple[int, float]] = OrderedDict()  # prefix → (version, commit time) of `_latest`
         self._records: dict[str, dict[str, Any]] = {}  # prefix → the commit record of its kept version, if written here
 
+    def _read_latest(self, prefix: str) -> tuple[int, Any]:
+        """The version and commit time `_latest` names; ValueError (or KeyError, TypeError) when unreadable."""
+        latest = json.loads(self.storage.read_bytes(layout.latest_path(prefix)))
+        return int(latest["version"]), latest.get("committed_at")
+
     def latest_version_number(self, prefix: str) -> int:
         n, at = 0, None
         try:
-            latest = json.loads(self.storage.read_bytes(layout.latest_path(prefix)))
-            n, at = int(latest["version"]), latest.get("committed_at")
+            n, at = self._read_latest(prefix)
         except FileNotFoundError:
             pass
         except (ValueError, KeyError, TypeError):
@@ -69,8 +73,7 @@ class VersionReader:
     def latest_names(self, version: TableVersion) -> bool:
         """Whether `_latest` names `version` (number and commit time): one read, no stepping through the log."""
         try:
-            latest = json.loads(self.storage.read_bytes(layout.latest_path(version.prefix)))
-            return int(latest["version"]) == version.version and latest.get("committed_at") == version.committed_at
+            return self._read_latest(version.prefix) == (version.version, version.committed_at)
         except (FileNotFoundError, ValueError, KeyError, TypeError):  # gone, or unreadable: not known to name it
             return False
 

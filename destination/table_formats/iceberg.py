@@ -181,7 +181,7 @@ class IcebergFormat:
         hint's move is moved forward here (not read when the newest file is the one this process committed last:
         it moved the hint there before keeping that commit)."""
         versions = _metadata_versions(storage, prefix)
-        if versions and _LAST_COMMITS.number(storage.url(prefix)) != versions[-1]:
+        if versions and _LAST_COMMITS.unverified(storage.url(prefix), versions[-1]) is None:
             _move_hint(storage, prefix, versions[-1])
         return FormatLog(tuple(versions), ())
 

@@ -46,12 +46,6 @@ class LastCommits(Generic[S]):
             kept = self._kept.get(table)
         return kept[2] if kept is not None and kept[0] == newest else None
 
-    def number(self, table: str) -> int | None:
-        """The number of the entry kept for `table` (not compared with the file: `state` does that)."""
-        with self._lock:
-            kept = self._kept.get(table)
-        return kept[0] if kept is not None else None
-
     def keep(self, table: str, number: int, body: bytes, state: S) -> None:
         """Entry `number` of `table` was just committed as the file `body`; `state` is the table after it."""
         weight = self._weight(state)
