@@ -673,7 +673,7 @@ def test_a_damaged_delimited_file_is_refused_naming_the_file_table_and_column_no
 
 
 @pytest.mark.parametrize("records_format, variant, compression, damage", [
-    ("avro", None, "none", "a value beyond its type"),
+    ("avro", None, "none", "a value beyond its type"), ("avro", None, "none", "a sync marker byte flipped"),
     ("delimited", "bluelabs", "gzip", "truncated"), ("delimited", "bluelabs", "bzip", "truncated"),
     ("delimited", "bluelabs", "gzip", "not compressed"),
 ])
@@ -703,6 +703,8 @@ def test_a_damaged_avro_or_compressed_delimited_file_is_a_task_naming_the_file_a
         out = io.BytesIO()
         fastavro.writer(out, schema, [{**r, "s": 987654} for r in records])
         damaged = out.getvalue()
+    elif damage == "a sync marker byte flipped":
+        damaged = flip_a_block_sync_marker_byte(data)
     else:
         damaged = data[: len(data) // 2] if damage == "truncated" else b"id,flag\n" * 100
     storage.write_bytes(path, damaged)
@@ -712,6 +714,35 @@ def test_a_damaged_avro_or_compressed_delimited_file_is_a_task_naming_the_file_a
     assert storage.url(path) in message and "table 'orders'" in message, message
     assert "31337" not in message and "987654" not in message, message
     assert damage != "a value beyond its type" or "column 's'" in message, message
+    assert damage != "a sync marker byte flipped" or "sync marker" in message, message
+
+
+def flip_a_block_sync_marker_byte(data: bytes) -> bytes:
+    """`data` (an Avro container file) with one byte of its first data block's sync marker flipped. The marker is
+    found as the Avro spec places it: the file's last 16 bytes (the last block's), first met after the header."""
+    marker = data[-16:]
+    first_block_end = data.index(marker, data.index(marker) + 16)
+    return data[:first_block_end + 5] + bytes([data[first_block_end + 5] ^ 0x01]) + data[first_block_end + 6:]
+
+
+@pytest.mark.parametrize("blocks", [1, 3])
+def test_the_fast_avro_reader_leaves_a_file_with_a_damaged_sync_marker_to_fastavros_refusal(
+        monkeypatch: pytest.MonkeyPatch, blocks: int) -> None:
+    """polars reads a block's bytes without checking the marker after them: the fast reader checks every block's
+    against the header's, as fastavro does, so a damaged file is refused, never read as rows."""
+    from destination.shared.records_formats import avro, avro_decode, avro_encode
+
+    table = edge_table()
+    monkeypatch.setattr(avro_encode, "_BLOCK_BYTES", max(1, table.nbytes // blocks))
+    buf = io.BytesIO()
+    codec("avro").write(table, TABLE_DEF, buf)
+    assert len(list(fastavro.block_reader(io.BytesIO(buf.getvalue())))) >= blocks
+    damaged = flip_a_block_sync_marker_byte(buf.getvalue())
+    with pytest.raises(ValueError, match="sync marker"):  # the oracle: fastavro refuses the file
+        list(fastavro.reader(io.BytesIO(damaged)))
+    assert avro_decode.read(damaged, avro.avro_schema(TABLE_DEF), arrow_schema(list(COLUMNS))) is None
+    with pytest.raises(BadRequest, match=r"table 'every_type': an Avro data file does not read.*sync marker"):
+        codec("avro").read(io.BytesIO(damaged), TABLE_DEF)
 
 
 def test_a_file_without_the_header_row_its_variant_writes_is_refused_without_its_first_row() -> None:

@@ -53,14 +53,21 @@ def header(raw: bytes) -> tuple[dict[str, bytes], int]:
             meta[key], pos = raw[pos:pos + size], pos + size
 
 
-def blocks(raw: bytes, start: int) -> list[tuple[int, int, int]]:
-    """Each data block's (row count, start, end of its bytes) from `start`, the first block's."""
-    found, pos = [], start
+def blocks(raw: bytes, sync_at: int) -> list[tuple[int, int, int]]:
+    """Each data block's (row count, start, end of its bytes), after the header's sync marker at `sync_at`.
+    ValueError for a block that runs past the end or does not end with the header's marker (a damaged file: fastavro
+    refuses it too)."""
+    sync = raw[sync_at:sync_at + SYNC_BYTES]
+    found: list[tuple[int, int, int]] = []
+    pos = sync_at + SYNC_BYTES
     while pos < len(raw):
         count, pos = read_long(raw, pos)
         size, pos = read_long(raw, pos)
         if size < 0 or pos + size + SYNC_BYTES > len(raw):
             raise ValueError("a block runs past the end of the file")
+        if raw[pos + size:pos + size + SYNC_BYTES] != sync:
+            raise ValueError(f"block {len(found) + 1} (its sync marker at byte {pos + size}) does not end with the "
+                             "header's sync marker")
         found.append((count, pos, pos + size))
         pos += size + SYNC_BYTES
     return found

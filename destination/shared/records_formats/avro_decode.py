@@ -16,8 +16,9 @@ then typed here:
 | bytes / string                   | large binary / large string    | binary / string                             |
 
 `read` answers None when the file is not one this reader can type exactly (another writer schema, a codec
-polars lacks, a decimal not written full width, a value beyond its precision or a time beyond the day): the
-caller then reads it through fastavro, whose answer (values or a clear error) is the reference.
+polars lacks, a decimal not written full width, a value beyond its precision or a time beyond the day) or is
+damaged (a block that does not end with the header's sync marker, which polars does not check): the caller then
+reads it through fastavro, whose answer (values or a clear error) is the reference.
 """
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def _plain_file(raw: bytes, meta: dict[str, bytes], sync_at: int, schema: dict[s
     fields = [{**f, "type": ["null", b["type"] if isinstance(b := f["type"][1], dict) else b]} for f in schema["fields"]]
     plain = {**meta, "avro.schema": json.dumps({**schema, "fields": fields}).encode("utf-8"), "avro.codec": b"null"}
     sync = raw[sync_at:sync_at + SYNC_BYTES]
-    found = blocks(raw, sync_at + SYNC_BYTES)
+    found = blocks(raw, sync_at)
     if meta.get("avro.codec", b"null") == b"null":
         return container(plain, sync, ((count, raw[start:end]) for count, start, end in found))
 

@@ -67,7 +67,7 @@ def write_file(out: BinaryIO, schema: dict[str, Any], table: pa.Table) -> None:
     wanted = [(f["name"], ["null", _plain_type(f["type"][1])]) for f in schema["fields"]]
     if written != wanted:  # the header would name other types than the bytes hold
         raise RuntimeError(f"polars' Avro writer wrote the fields {written!r}, not {wanted!r}")
-    found = blocks(raw, sync_at + SYNC_BYTES)
+    found = blocks(raw, sync_at)
 
     def deflate(block: tuple[int, int, int]) -> bytes:
         packer = isal_zlib.compressobj(DEFLATE_LEVEL, isal_zlib.DEFLATED, -15)
