@@ -85,6 +85,29 @@ def test_the_form_offers_the_formats_and_shows_the_variant_and_hints_for_delimit
     assert unknown_fields_message(CSV_ISO) is None
 
 
+def test_the_forms_own_defaults_choose_records_movers_variant_and_no_variant_offered_is_refused_whatever_its_hints() -> None:
+    from records_mover.records import DelimitedRecordsFormat
+
+    fields = {f.name: f for f in configuration_form().fields}
+    (shown,) = [f.conditional_fields.fields for f in fields.values() if f.HasField("conditional_fields")
+                and f.conditional_fields.condition.string_value == "delimited"]
+    defaults = {"records_format": "delimited", **{f.name: f.default_value for f in shown}}
+    assert defaults["records_variant"] == DelimitedRecordsFormat().variant == "bluelabs"
+    assert records_choice(defaults).variant == "bluelabs"  # a user who only picks delimited is not refused
+    offered = list(next(f for f in shown if f.name == "records_variant").dropdown_field.dropdown_field)
+    # every variant records-mover defines: offered exactly when some hint overrides make it one the check accepts
+    for variant in ("bluelabs", "csv", "bigquery", "vertica", "dumb"):
+        tries = [{**defaults, "records_variant": variant}, {**CSV_ISO, "records_variant": variant}]
+        accepted = []
+        for configuration in tries:
+            try:
+                accepted.append(records_choice(configuration))
+            except UserActionRequired:
+                pass
+        assert (variant in offered) == bool(accepted), variant
+    assert "dumb" not in offered
+
+
 def test_table_formats_apply_where_the_format_allows_and_a_catalog_needs_a_format_with_iceberg() -> None:
     both = ("delta", "iceberg")
     for records_format, described in (("parquet", both), ("", both), ("avro", ("iceberg",)), ("delimited", ())):

@@ -42,7 +42,7 @@ from destination.shared.placement import TARGET_FILE_BYTES
 from destination.shared.records_formats.choice import DEFAULT, HINT_FIELDS, NONE, VARIANT_FIELD
 from destination.shared.records_formats.choice import FORMAT_FIELD as RECORDS_FORMAT_FIELD
 from destination.shared.records_formats.codec import FORMATS as RECORDS_FORMATS
-from destination.shared.records_formats.hints import OVERRIDABLE, VARIANTS
+from destination.shared.records_formats.hints import DEFAULT_VARIANT, OFFERED_VARIANTS, OVERRIDABLE
 from destination.shared.settings import ServerOptions
 from destination.shared.storage.base import StorageSpec
 
@@ -118,8 +118,9 @@ def configuration_form() -> common.ConfigurationFormResponse:
 
 def records_form_fields() -> list[common.FormField]:
     """`records_format`, then the delimited variant and its hint overrides, shown only for delimited."""
-    def dropdown(name: str, label: str, values: list[str], description: str) -> common.FormField:
-        return common.FormField(name=name, label=label, required=False, default_value=values[0],
+    def dropdown(name: str, label: str, values: list[str], description: str, default: str | None = None) \
+            -> common.FormField:
+        return common.FormField(name=name, label=label, required=False, default_value=default or values[0],
                                 dropdown_field=common.DropdownField(dropdown_field=values), description=description)
 
     hint_fields = [dropdown(field_name, f"Hint {hint}",
@@ -127,9 +128,10 @@ def records_form_fields() -> list[common.FormField]:
                                         for v in OVERRIDABLE[hint])],
                             f"The {hint} hint of the data files; default: the variant's.")
                    for hint, field_name in HINT_FIELDS.items()]
-    delimited = [dropdown(VARIANT_FIELD, "Delimited variant", [v for v in VARIANTS if v != "dumb"],
+    delimited = [dropdown(VARIANT_FIELD, "Delimited variant", list(OFFERED_VARIANTS),
                           "records-mover's variant: its complete hints are written in _format_delimited. csv needs "
-                          "the date and time hints overridden (its defaults lose the century and the seconds)."),
+                          "the date and time hints overridden (its defaults lose the century and the seconds).",
+                          DEFAULT_VARIANT),
                  *hint_fields]
     chooser = dropdown(RECORDS_FORMAT_FIELD, "Records format", list(RECORDS_FORMATS),
                        "The data files of tables created from now on (a table keeps the format it was created "

@@ -65,7 +65,7 @@ def records_choice(configuration: Mapping[str, str],
     variant = (configuration.get(VARIANT_FIELD) or "").strip().lower()
     if not variant:
         raise UserActionRequired(f"{named(VARIANT_FIELD)}: records_format 'delimited' needs a "
-                                 f"variant ({', '.join(v for v in records_hints.VARIANTS if v != 'dumb')})")
+                                 f"variant ({', '.join(records_hints.OFFERED_VARIANTS)})")
     overrides: dict[str, records_hints.HintValue] = {}
     for hint, name in HINT_FIELDS.items():
         text = (configuration.get(name) or "").strip()

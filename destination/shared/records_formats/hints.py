@@ -34,6 +34,17 @@ _VARIANTS: dict[str, Hints] = {
                 "escape": None, "compression": None, "timeonlyformat": "HH24:MI:SS"},
 }
 VARIANTS = tuple(_VARIANTS)
+DEFAULT_VARIANT = "bluelabs"  # records-mover's (DelimitedRecordsFormat's default variant)
+
+
+def _holds_a_comma(hints: Hints) -> bool:
+    """Whether a field can hold the delimiter `,` (quoted or escaped); `_destination_meta` (JSON) always has one."""
+    return hints["quoting"] is not None or hints["escape"] is not None or hints["field-delimiter"] != ","
+
+
+# the variants a configuration may choose: quoting, escape and delimiter define a variant (no override changes
+# them), so one whose fields cannot hold a comma is refused whatever the overrides (records-mover's `dumb`)
+OFFERED_VARIANTS = tuple(v for v, own in _VARIANTS.items() if _holds_a_comma({**_BASE, **own}))
 
 # the hints a table may override, each with its lossless values (those records-mover and the spec allow)
 _DATE = ("YYYY-MM-DD", "MM-DD-YYYY", "DD-MM-YYYY")
@@ -77,9 +88,10 @@ def resolve(variant: str, overrides: Mapping[str, Any] | None = None) -> Hints:
             raise BadRequest(f"records_variant {variant!r}: hint {name}={value!r} refused: {cause}; "
                              f"allowed: {', '.join(repr(v) for v in OVERRIDABLE[name])}")
         hints[name] = value
-    if hints["quoting"] is None and hints["escape"] is None and hints["field-delimiter"] == ",":
+    if not _holds_a_comma(hints):
         raise BadRequest(f"records_variant {variant!r}: neither quotes nor escapes its fields, so it cannot hold "
-                         "a comma, and every row's _destination_meta (JSON) has one; choose bluelabs, csv or bigquery")
+                         "a comma, and every row's _destination_meta (JSON) has one; choose "
+                         f"{', '.join(v for v in OFFERED_VARIANTS if _VARIANTS[v]['field-delimiter'] == ',')}")
     for name, lossless in LOSSLESS_CHOICE.items():
         value = hints[name]
         if value not in OVERRIDABLE[name]:
