@@ -19,6 +19,7 @@ from destination.shared.storage.opening import open_storage
 from destination.store.table_store import Retention, TableStore
 from testbed.s3server import ACCESS_KEY, SECRET_KEY, S3Server, start_seaweedfs
 from tests import serverproc
+from tests.tester_inputs import missing_input
 
 BUCKET = "records-tests"
 TABLE_BUCKET = "warehouse"  # an S3 Tables bucket: the warehouse of SeaweedFS's Iceberg REST catalog
@@ -177,6 +178,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # a full run it was once held (a port another test's socket was given) and the walkthrough could not start. It
     # runs first, before any other test opens a socket.
     items.sort(key=lambda item: not item.nodeid.startswith("tests/test_walkthrough.py"))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test given a tester input that is missing fails naming it, before its fixtures start servers."""
+    problem = missing_input(getattr(getattr(item, "callspec", None), "params", {}).values())
+    if problem is not None:
+        pytest.fail(problem, pytrace=False)
 
 
 @pytest.fixture(scope="session")

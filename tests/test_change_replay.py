@@ -22,6 +22,7 @@ from tests.conftest import s3_configuration, spec_of
 from tests.reference_model import Model
 from tests.rpc_helpers import rows_of
 from tests.test_conformance import ALL_INPUTS, ModelClockHarness, check_against_model, model_of
+from tests.tester_inputs import input_files
 
 VARIANTS: dict[str, dict[str, str]] = {
     "arcion-csv": {"changes": "arcion-csv", "changes_include_header": "true", "changes_emit_noop_updates": "true"},
@@ -86,11 +87,11 @@ def test_replaying_the_change_files_reproduces_every_table(grpc_server, tmp_path
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
-@pytest.mark.parametrize("name", ["input_history_mode", "input_all_data_types", "schema_migrations_input_dml"])
-def test_replay_on_s3(grpc_server, s3_server, tmp_path: Path, name: str, variant: str) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("path", input_files("clickhouse/input_history_mode.json", "clickhouse/input_all_data_types.json",
+                                               "clickhouse/schema_migrations_input_dml.json"), ids=lambda p: p.stem)
+def test_replay_on_s3(grpc_server, s3_server, tmp_path: Path, path: Path, variant: str) -> None:  # type: ignore[no-untyped-def]
     import uuid
 
-    path = next(p for p in INPUTS if p.stem == name and p.parent.name == "clickhouse")
     configuration = {**s3_configuration(s3_server, f"cdc-{uuid.uuid4().hex[:10]}"), **VARIANTS[variant]}
     run_input(grpc_server, configuration, path, tmp_path)
     check_replay(configuration)

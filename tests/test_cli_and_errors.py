@@ -21,9 +21,9 @@ from tests.batchfiles import write_csv
 from tests.conftest import spec_of
 from tests.rpc_helpers import rows_of, table
 from tests.test_write_path import KEY, SYS, create, params, write
+from tests.tester_inputs import INPUTS_FOLDER
 
 BIN = Path(sys.executable).parent / "records-destination"
-INPUTS = Path(__file__).resolve().parent.parent.parent / "shared" / "tester-inputs"
 
 
 @pytest.mark.parametrize("fmt,expected", [("csv", "CSV"), ("parquet", "PARQUET")])
@@ -36,7 +36,7 @@ def test_capabilities_follow_the_batch_file_format(fmt: str, expected: str) -> N
 def test_tester_tables_and_show_commands(grpc_server, configuration, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     conf = tmp_path / "configuration.json"
     conf.write_text(json.dumps(configuration))
-    ok = subprocess.run([str(BIN), "tester", "--input", str(INPUTS / "clickhouse" / "input_update_and_hard_delete.json"),
+    ok = subprocess.run([str(BIN), "tester", "--input", str(INPUTS_FOLDER / "clickhouse" / "input_update_and_hard_delete.json"),
                          "--address", grpc_server, "--configuration", str(conf), "--schema-name", "cli"],
                         capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stdout + ok.stderr

@@ -35,12 +35,11 @@ from tests.reference_model import (
 )
 from tests.rpc_helpers import describe, rows_of
 from tests.test_records_formats import as_fastavro_reads, oracle_rows, same
+from tests.tester_inputs import input_files
 
-INPUTS = Path(__file__).resolve().parent.parent.parent / "shared" / "tester-inputs"
-CLICKHOUSE_FILES = sorted((INPUTS / "clickhouse").glob("input_*.json"))
-SDK_FILES = [INPUTS / "fivetran_partner_sdk" / "input.json",
-             *sorted((INPUTS / "fivetran_partner_sdk" / "operations_on_nonexistent_records").glob("*.json"))]
-MIGRATION_FILES = sorted(INPUTS.glob("*/schema_migrations_input_*.json"))
+CLICKHOUSE_FILES = input_files("clickhouse/input_*.json")
+SDK_FILES = input_files("fivetran_partner_sdk/input.json", "fivetran_partner_sdk/operations_on_nonexistent_records/*.json")
+MIGRATION_FILES = input_files("*/schema_migrations_input_*.json")
 ALL_INPUTS = [*CLICKHOUSE_FILES, *SDK_FILES, *MIGRATION_FILES]
 
 
@@ -176,10 +175,9 @@ CSV_ISO = {"records_dateformat": "YYYY-MM-DD", "records_datetimeformat": "YYYY-M
 RECORDS_FORMATS = {"avro": {"records_format": "avro"},
                    "bluelabs": {"records_format": "delimited", "records_variant": "bluelabs"},
                    "csv-iso": {"records_format": "delimited", "records_variant": "csv", **CSV_ISO}}
-RECORDS_INPUTS = [INPUTS / "clickhouse" / "input_all_data_types.json", INPUTS / "clickhouse" / "input_change_pk.json",
-                  INPUTS / "fivetran_partner_sdk" / "input.json",
-                  INPUTS / "clickhouse" / "schema_migrations_input_ddl.json",
-                  INPUTS / "clickhouse" / "schema_migrations_input_dml.json"]
+RECORDS_INPUTS = input_files("clickhouse/input_all_data_types.json", "clickhouse/input_change_pk.json",
+                               "fivetran_partner_sdk/input.json", "clickhouse/schema_migrations_input_ddl.json",
+                               "clickhouse/schema_migrations_input_dml.json")
 
 
 @pytest.mark.parametrize("records", list(RECORDS_FORMATS))
@@ -189,10 +187,11 @@ def test_records_formats(grpc_server, stub, configuration, tmp_path, path: Path,
 
 
 @pytest.mark.parametrize("records", ["avro", "bluelabs"])
-def test_records_formats_through_spark_tasks(grpc_server, through_spark_tasks, configuration, tmp_path, records: str,  # type: ignore[no-untyped-def]
-                                             capsys) -> None:
+@pytest.mark.parametrize("path", input_files("fivetran_partner_sdk/input.json"), ids=lambda p: p.stem)
+def test_records_formats_through_spark_tasks(grpc_server, through_spark_tasks, configuration, tmp_path, path: Path,  # type: ignore[no-untyped-def]
+                                             records: str, capsys) -> None:
     """The same in Spark tasks (each request's files decoded and merged there, data files written by the tasks)."""
-    run_in_format(grpc_server, configuration, tmp_path, INPUTS / "fivetran_partner_sdk" / "input.json", records, capsys)
+    run_in_format(grpc_server, configuration, tmp_path, path, records, capsys)
 
 
 def run_in_format(grpc_server: str, configuration: dict[str, str], tmp_path: Path, path: Path, records: str,

@@ -20,8 +20,8 @@ from tests.batchfiles import write_csv
 from tests.conftest import spec_of
 from tests.rpc_helpers import rows_of, table
 from tests.test_change_replay import HISTORY_STEPS, PLAIN_STEPS, VARIANTS, check_replay, run_input, run_steps
-from tests.test_conformance import ALL_INPUTS
 from tests.test_write_path import KEY, SYS, create, params, r
+from tests.tester_inputs import input_files
 
 pytestmark = pytest.mark.usefixtures("through_spark_tasks")
 
@@ -102,10 +102,10 @@ def test_first_history_load_with_versions_of_a_key_in_two_files(stub, configurat
     assert got == [(1, "a", False, 2024), (1, "a2", True, 9999), (2, "b", True, 9999)]
 
 
-@pytest.mark.parametrize("name", ["input_all_data_types", "input_history_mode", "input_update_and_hard_delete",
-                                  "input_soft_truncate_before", "input_change_pk", "schema_migrations_input_dml"])
-def test_tester_inputs_through_spark_tasks(grpc_server, configuration, tmp_path, name: str) -> None:  # type: ignore[no-untyped-def]
-    path = next(p for p in ALL_INPUTS if p.stem == name and p.parent.name == "clickhouse")
+@pytest.mark.parametrize("path", input_files(*(f"clickhouse/{name}.json" for name in (
+    "input_all_data_types", "input_history_mode", "input_update_and_hard_delete", "input_soft_truncate_before",
+    "input_change_pk", "schema_migrations_input_dml"))), ids=lambda p: p.stem)
+def test_tester_inputs_through_spark_tasks(grpc_server, configuration, tmp_path, path: Path) -> None:  # type: ignore[no-untyped-def]
     conf = {**configuration, **VARIANTS["arcion-csv"]}
     run_input(grpc_server, conf, path, tmp_path)  # compares every table with the reference model
     check_replay(conf)

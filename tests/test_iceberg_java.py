@@ -29,6 +29,7 @@ from tests.lake_readers import iceberg_duckdb, iceberg_pyiceberg, rows
 from tests.test_conformance import ALL_INPUTS, RECORDS_INPUTS
 from tests.test_iceberg_format import BASE, KEYED, WITH_NOTE, Lake, _rows, assign
 from tests.test_table_formats import check_field_ids, columns_in, records_rows
+from tests.tester_inputs import present
 
 Reader = Callable[..., list[dict[str, Any]]]
 
@@ -66,13 +67,14 @@ def test_every_tester_table_reads_back_in_spark_with_iceberg_java(grpc_server, t
     before it, compared with the records versions (read by pyarrow). A NAIVE_TIME column is not in the
     Iceberg schema (Spark refuses a `time` field; docs/reference/types.md): the table comment names it."""
     checks: list[Check] = []
-    for index, path in enumerate(ALL_INPUTS):
+    for index, path in enumerate(present(ALL_INPUTS)):
         root = tmp_path / f"root{index}"
         configuration = {"root": str(root)}
         (tmp_path / f"work{index}").mkdir()
         harness = Harness(grpc_server, "tester", configuration, plain_text=False, batch_file_type="csv",
                           workdir=tmp_path / f"work{index}")
         harness.run_file(path)
+        assert harness.failures == 0, path
         found = snapshot_reads(root, open_storage(spec_of(configuration)), f"{path.parent.name}/{path.name}")
         for label, _storage, latest, request in found:
             if "snapshot_id" not in request:
@@ -96,7 +98,7 @@ def test_avro_tables_read_back_in_spark_with_iceberg_java(grpc_server, iceberg_j
     records versions hold them. A table with a NAIVE_TIME column it refuses (Spark has no time type, and its Avro
     reader refuses a `time-micros` field even when not selected), and pyiceberg and DuckDB refuse Avro data files:
     each with the error docs/reference/records-formats.md quotes."""
-    every_type = json.loads((RECORDS_INPUTS[0]).read_text())
+    every_type = json.loads(present(RECORDS_INPUTS)[0].read_text())
     assert RECORDS_INPUTS[0].name == "input_all_data_types.json"
     every_type["create_table"]["all_data_types"]["columns"].pop("nt")
     for op in every_type["ops"]:
@@ -150,7 +152,7 @@ def test_every_tester_table_is_found_through_the_sql_catalog_by_spark(  # type: 
     requests: list[dict[str, Any]] = []
     expected: list[tuple[str, Callable[[dict[str, Any]], None]]] = []  # per request: its label and its check
     altered = []
-    for index, path in enumerate(ALL_INPUTS):
+    for index, path in enumerate(present(ALL_INPUTS)):
         name, root = f"in{index}", tmp_path / f"root{index}"
         configuration = {"root": str(root), "catalog": "sql", "catalog_uri": catalog_uri, "catalog_name": name}
         (tmp_path / f"work{index}").mkdir()

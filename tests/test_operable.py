@@ -33,9 +33,9 @@ from tests.conftest import spec_of
 from tests.rpc_helpers import table
 from tests.serverproc import SERVING, start_server, wait_for
 from tests.test_write_path import SYS, create, r, write
+from tests.tester_inputs import INPUTS_FOLDER
 
-INPUT = Path(__file__).resolve().parent.parent.parent / "shared" / "tester-inputs" / "clickhouse" / \
-    "input_update_and_hard_delete.json"
+INPUT = INPUTS_FOLDER / "clickhouse" / "input_update_and_hard_delete.json"
 PHONE = (390, 844)
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

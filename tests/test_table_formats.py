@@ -41,13 +41,13 @@ from tests.lake_readers import (
     rows,
 )
 from tests.rpc_helpers import run_tester_input
-from tests.test_conformance import INPUTS
 from tests.test_table_store import SCHEMA, TABLE, SimulatedCrash, appender
+from tests.tester_inputs import input_files
 
 pytestmark = pytest.mark.filterwarnings("ignore:Iceberg scan planning with the polars_iceberg plugin")
 
-TESTER_INPUTS = [INPUTS / "clickhouse" / "input_all_data_types.json", INPUTS / "clickhouse" / "input_history_mode.json",
-                 INPUTS / "clickhouse" / "schema_migrations_input_ddl.json", INPUTS / "fivetran_partner_sdk" / "input.json"]
+TESTER_INPUTS = input_files("clickhouse/input_all_data_types.json", "clickhouse/input_history_mode.json",
+                              "clickhouse/schema_migrations_input_ddl.json", "fivetran_partner_sdk/input.json")
 NOT_IN_FORMATS = ("NAIVE_TIME",)  # in neither format (docs/reference/types.md "Types in Delta Lake and Iceberg")
 
 

@@ -13,10 +13,10 @@ from typing import Any
 import grpc
 
 from destination.tester.harness import Harness, batch_path_map, batch_workdir
+from tests.tester_inputs import INPUTS_FOLDER
 
 BIN = Path(sys.executable).parent / "records-destination"
-INPUT = Path(__file__).resolve().parent.parent.parent / "shared" / "tester-inputs" / "clickhouse" / \
-    "input_update_and_hard_delete.json"
+INPUT = INPUTS_FOLDER / "clickhouse" / "input_update_and_hard_delete.json"
 FILE_LISTS = ("replace_files", "update_files", "delete_files", "earliest_start_files")
 
 

@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 from tests.serverproc import SERVING, ServerProcess, check_marked, wait_for
+from tests.tester_inputs import SHARED
 
 pytestmark = pytest.mark.serve
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared"
 HEADING = "## Five-minute walkthrough"
 GRPC_PORT = 50052  # scripts/serve's default, which the walkthrough relies on
 LEFT_OUT = {".git", ".venv", ".venv-iceberg-spark", "data", "build", "dist", ".pytest_cache", "spark-warehouse",
