@@ -70,6 +70,22 @@ def passed_fields(run: Run, key: str) -> str:
                      for k, v in sorted(settings.get("configuration", {}).items())) or "none (the server's defaults)"
 
 
+def ran_on(run: Run, part: dict[str, Any] | None = None) -> str:
+    """Where a section's figures come from, as its heading names it: `(`d83ee4b`, 2026-11-27)`, the code and date
+    of the pass or group result `part` (its `code` and `started`, recorded as it ran), else of the run. A report
+    merges runs of different days and code (`--from-results`, sections written by runs of one group), so each section
+    says its own."""
+    part = part or {}
+    code = part.get("code") or run.shape.get("code") or "code not recorded"
+    started = part.get("started") or run.started
+    return f"(`{code}`, {time.strftime('%Y-%m-%d', time.localtime(started))})"
+
+
+def origin(run: Run) -> dict[str, Any]:
+    """What `ran_on` reads, for a pass or a group's result measured now."""
+    return {"started": time.time(), "code": run.shape.get("code", "")}
+
+
 def code_version() -> str:
     """The commit the benchmark's code is at (`-dirty` when tracked files differ from it), for a report to name what
     its figures measured; empty outside a git checkout."""

@@ -22,7 +22,7 @@ import pyarrow.fs as pafs
 
 from bench import baselines, duck, fleet, soak
 from bench.report import write_into
-from bench.results import Measurement, Run, code_version, load_results, pass_key, save
+from bench.results import Measurement, Run, code_version, load_results, origin, pass_key, save
 from bench.scenarios import FLEET, GROUPS, SECTIONS, SOAK, requested_groups, rows_option, selected_groups
 from bench.server import Server, create_table, soft_truncate, unknown_fields, write
 from bench.tables import data_file_urls, stored_bytes
@@ -268,7 +268,7 @@ def run_server(p: Pass, work: Path, profile: bool) -> None:
     ignored = unknown_fields(stub, passed)
     if ignored:
         log(f"the server does not know the configuration field(s) {sorted(ignored)}: it ignores them")
-    p.run.settings[p.baseline_key] = {"configuration": passed, "ignored": sorted(ignored)}
+    p.run.settings[p.baseline_key] = {"configuration": passed, "ignored": sorted(ignored), **origin(p.run)}
     own_clustered = "uniform" in g  # uniform changes scatter over the big table: the clustered syncs get their own
     try:
         if "load" in g:
@@ -431,10 +431,12 @@ def main(argv: list[str] | None = None) -> int:
                                                      "small_sync_rows": args.small_sync_rows})
     try:
         if FLEET in groups:
-            run.fleet.update(run_fleet(args, extra, work))
+            begun = origin(run)
+            run.fleet.update({backend: {**r, **begun} for backend, r in run_fleet(args, extra, work).items()})
             save(run, work / "results.json")
         if SOAK in groups:
-            run.soak.update(run_soak(args, extra, work))
+            begun = origin(run)
+            run.soak.update({backend: {**r, **begun} for backend, r in run_soak(args, extra, work).items()})
             save(run, work / "results.json")
         for rows in (args.rows if groups - SECTIONS else []):
             shape = Shape(rows, args.small_rows[0], args.change_fraction, args.clustered_syncs, args.small_syncs,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.results import Run
+from bench.results import Run, ran_on
 
 SOAK_START, SOAK_END = "<!-- soak:start -->", "<!-- soak:end -->"
 RSS_TARGET = 0.10  # the RSS after the last chunk of syncs within this share of the RSS after the first
@@ -95,7 +95,7 @@ def soak_section(run: Run) -> list[str]:
              "sync; p50 / p95 are the chunk's calls (bench/soak.py).", ""]
     for backend, result in sorted(run.soak.items()):
         errors = ", ".join(f"{k} {v}" for k, v in sorted(result.get("errors", {}).items())) or "none"
-        lines += [f"### Soak: {backend}", "", *_samples(result), "",
+        lines += [f"### Soak: {backend} {ran_on(run, result)}", "", *_samples(result), "",
                   f"Tables equal to the model at the end: {result.get('tables_exact', 0)} of {shape['tables']}; "
                   f"errors by kind: {errors}; {result.get('seconds', 0) / 60:.1f} minutes of syncs after "
                   f"{result.get('load_seconds', 0):.0f} s of initial loads.", "", "Targets:", "",
