@@ -131,18 +131,14 @@ def _convert_binary(values: pa.Array, col: ColumnDef) -> tuple[pa.Array, list[Fa
     if pc.all(pc.or_(canonical, pc.is_null(values))).as_py():
         decoded = b64decode_array(pc.fill_null(values, ""))
         return pc.if_else(pc.is_null(values), pa.scalar(None, pa.binary()), decoded), []
-    out: list[bytes | None] = []
-    failures: list[Failure] = []
-    for i, v in enumerate(values.to_pylist()):
-        if v is None:
-            out.append(None)
-            continue
-        try:
-            out.append(base64.b64decode(v, validate=True))
-        except (binascii.Error, ValueError):
-            out.append(v.encode("utf-8"))
-            failures.append(Failure(i, col.name, TRUNCATED, SERIALIZATION_ERROR))
-    return pa.array(out, pa.binary()), failures
+    return _value_by_value(values, col, pa.binary(), _decode_base64)
+
+
+def _decode_base64(v: str, col: ColumnDef) -> bytes:
+    try:
+        return base64.b64decode(v, validate=True)
+    except (binascii.Error, ValueError):
+        raise _Bad(TRUNCATED, SERIALIZATION_ERROR, v.encode("utf-8")) from None
 
 
 _CANONICAL_BASE64 = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
@@ -205,7 +201,13 @@ def _convert_json(values: pa.Array, col: ColumnDef, target: pa.DataType, seen: J
 
 
 def _python_fallback(values: pa.Array, col: ColumnDef, target: pa.DataType) -> tuple[pa.Array, list[Failure]]:
-    parse = _PARSERS[col.type]
+    return _value_by_value(values, col, target, _PARSERS[col.type])
+
+
+def _value_by_value(values: pa.Array, col: ColumnDef, target: pa.DataType,
+                    parse: Callable[[str, ColumnDef], Any]) -> tuple[pa.Array, list[Failure]]:
+    """`parse` each value: one that raises `_Bad` takes its replacement and records its change, any other error
+    makes it NULL as a serialization error."""
     out: list[Any] = []
     failures: list[Failure] = []
     for i, v in enumerate(values.to_pylist()):
