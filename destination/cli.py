@@ -15,10 +15,11 @@ def _serve(args: argparse.Namespace) -> int:
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
     from destination.rpc.server import serve
     from destination.shared.settings import server_options
-    from destination.shared.storage.base import local_root_problem
+    from destination.shared.storage.base import create_local_root, local_root_problem
 
-    problem = local_root_problem(args.root, must_exist=False)
-    if problem is not None:  # a missing directory is created; a file never becomes one
+    # a missing directory is created here, before the port is taken; a file never becomes one
+    problem = local_root_problem(args.root, must_exist=False) or create_local_root(args.root)
+    if problem is not None:
         raise UserActionRequired(f"{problem}: name a directory (created when missing) or s3://bucket/prefix")
     logs.configure_library_logging()
     options = server_options(root=args.root, batch_file_format=args.batch_file_format, spark_master=args.spark_master,
@@ -228,10 +229,10 @@ def main(argv: list[str] | None = None) -> int:
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # here, so that a closed pipe is caught below and not at interpreter exit
         return code
-    except BrokenPipeError:  # stdout closed early (`| head`): stop quietly, as the Python docs advise
+    except BrokenPipeError:  # stdout closed early (`| head`): the reader has what it wanted; stop quietly, exit 0
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        return 1
+        return 0
     except DestinationError as exc:  # a user's mistake (a missing root, bad credentials): the cause, no traceback
         print(f"records-destination {args.command}: {exc}", file=sys.stderr)
         return 1

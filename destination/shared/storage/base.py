@@ -215,6 +215,17 @@ def local_root_problem(root: str, must_exist: bool) -> str | None:
     return None
 
 
+def create_local_root(root: str) -> str | None:
+    """Creates a missing local root (not s3://) with its parents; why it cannot be, or None when it is there."""
+    if "://" in root:
+        return None
+    try:
+        Path(root).expanduser().mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"the root directory {root!r} cannot be created: {reason(exc)}"
+    return None
+
+
 def reason(exc: OSError) -> str:
     """An OSError's cause in words: the system's text when it has one, else the library's (scrubbed)."""
     if exc.strerror:
