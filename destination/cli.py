@@ -17,14 +17,14 @@ def _serve(args: argparse.Namespace) -> int:
     from destination.shared.settings import server_options
     from destination.shared.storage.base import create_local_root, local_root_problem
 
+    options = server_options(root=args.root, batch_file_format=args.batch_file_format, spark_master=args.spark_master,
+                             metrics_port=args.metrics_port, spark_ui_port=args.spark_ui_port,
+                             catalog_file=args.catalog)
     # a missing directory is created here, before the port is taken; a file never becomes one
     problem = local_root_problem(args.root, must_exist=False) or create_local_root(args.root)
     if problem is not None:
         raise UserActionRequired(f"{problem}: name a directory (created when missing) or s3://bucket/prefix")
     logs.configure_library_logging()
-    options = server_options(root=args.root, batch_file_format=args.batch_file_format, spark_master=args.spark_master,
-                             metrics_port=args.metrics_port, spark_ui_port=args.spark_ui_port,
-                             catalog_file=args.catalog)
     return serve(options, args.port)
 
 
@@ -109,6 +109,15 @@ def port_number(text: str) -> int:
     return port
 
 
+def server_address(text: str) -> str:
+    """A gRPC target HOST:PORT whose port, when a number, is 1-65535: checked here, at once, and not found out by
+    waiting --connect-timeout for a server no port can hold (unix: and other targets pass as they are)."""
+    port = text.rsplit(":", 1)[1] if ":" in text and "/" not in text else ""
+    if port.isdigit() and not 1 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r}: the port {int(port)} is outside the port range 1-65535")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="records-destination",
                                      description="Fivetran Partner SDK v2 destination writing records directories")
@@ -132,7 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     tester = sub.add_parser("tester", help="drive a server with Fivetran destination-tester input files")
     tester.add_argument("--input", required=True, help="an input .json file, or a folder of them (subfolders "
                                                         "included; each file in an empty schema of its own)")
-    tester.add_argument("--address", default="localhost:50052")
+    tester.add_argument("--address", type=server_address, default="localhost:50052",
+                        help="the server's HOST:PORT (default localhost:50052)")
     tester.add_argument("--schema-name", default="tester", help="a single file's schema; a folder's files each get "
                                                                 "<schema-name>_<run id>_<path> (default tester)")
     tester.add_argument("--plain-text", action="store_true", help="send uncompressed, unencrypted files")

@@ -1,9 +1,11 @@
 """User errors on the command line get a message and an exit code, never a Python traceback."""
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -46,9 +48,32 @@ def test_serve_on_a_busy_port_says_so(tmp_path: Path) -> None:
         port = busy.getsockname()[1]
         done = run("serve", "--port", str(port), "--root", str(tmp_path / "root"))
     assert done.returncode != 0
-    assert (f"cannot listen on port {port}: it is in use by another process (or not allowed); stop that process or "
-            "choose another --port") in done.stderr, done.stderr
-    assert "Traceback" not in done.stderr
+    # one clear line: gRPC's own "E1128 ... Failed to add port" lines came first before the port was probed
+    assert done.stderr == (f"cannot listen on port {port}: it is in use by another process (or not allowed); stop "
+                           "that process or choose another --port\n"), done.stderr
+
+
+def test_tester_refuses_an_address_outside_the_port_range_at_once(tmp_path: Path) -> None:
+    source = tmp_path / "input.json"
+    source.write_text("{}")
+    started = time.monotonic()
+    done = run("tester", "--input", str(source), "--address", "localhost:99999")  # waited its 10 s connect timeout
+    assert done.returncode == 2 and time.monotonic() - started < 8, done
+    assert ("records-destination tester: error: argument --address: 'localhost:99999': the port 99999 is outside the "
+            "port range 1-65535") in done.stderr, done.stderr
+
+
+def test_serve_names_every_bad_environment_value_in_one_message(tmp_path: Path) -> None:
+    bad = {"RECORDS_DESTINATION_GRACE_SECONDS": "soon", "RECORDS_DESTINATION_HEALTH_INTERVAL": "5s",
+           "RECORDS_DESTINATION_S3_RETRY_ATTEMPTS": "2.5"}
+    done = subprocess.run([str(BIN), "serve", "--root", str(tmp_path / "root"), "--port", str(free_port())],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, **bad})
+    assert done.returncode == 1, done
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("records-destination serve: "), done.stderr
+    for name, value in bad.items():
+        assert f"the environment variable {name} is {value!r}, not a" in lines[0], lines[0]
+    assert not (tmp_path / "root").exists()
 
 
 @pytest.mark.parametrize("option", ["--port", "--metrics-port", "--spark-ui-port"])

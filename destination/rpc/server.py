@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 from concurrent import futures
 
@@ -25,6 +26,8 @@ from destination.store.table_store import TableStore
 
 MAX_MESSAGE = 128 * 1024 * 1024
 SERVICE_NAME = "fivetran_sdk.v2.DestinationConnector"
+PORT_TAKEN = ("cannot listen on port {port}: it is in use by another process (or not allowed); stop that process or "
+              "choose another --port")
 
 
 def build_server(options: ServerOptions, port: int,
@@ -45,6 +48,8 @@ def build_server(options: ServerOptions, port: int,
         server,
     )
     bound = 0
+    if not port_free(port):  # before gRPC tries: its refusal prints raw "Failed to add port" lines first
+        raise SystemExit(PORT_TAKEN.format(port=port))
     try:
         bound = server.add_insecure_port(f"[::]:{port}")  # dual stack: IPv6 and IPv4
     except RuntimeError:
@@ -55,9 +60,22 @@ def build_server(options: ServerOptions, port: int,
         except RuntimeError:
             bound = 0
     if not bound:
-        raise SystemExit(f"cannot listen on port {port}: it is in use by another process (or not allowed); "
-                         "stop that process or choose another --port")
+        raise SystemExit(PORT_TAKEN.format(port=port))
     return server, health_servicer, service, bound
+
+
+def port_free(port: int) -> bool:
+    """Whether this process may listen on the TCP port, on IPv6 and IPv4 or, as gRPC falls back, on IPv4 alone
+    (with SO_REUSEADDR, as gRPC binds: a port in TIME_WAIT is free)."""
+    for family, host in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind((host, port))
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def start_status(options: ServerOptions, service: DestinationService,

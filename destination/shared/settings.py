@@ -8,6 +8,7 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from destination.shared.errors import UserActionRequired
 from destination.shared.storage.base import S3_RETRY_ATTEMPTS
 
 DRIVER_MEMORY_ENV = "RECORDS_DESTINATION_DRIVER_MEMORY"
@@ -59,25 +60,56 @@ class ServerOptions:
 def server_options(*, root: str, batch_file_format: str, spark_master: str, metrics_port: int | None = None,
                    spark_ui_port: int | None = None, catalog_file: str | None = None,
                    environ: Mapping[str, str] = os.environ) -> ServerOptions:
-    """The command line's options with the tuning variables of the environment."""
-    return ServerOptions(root=root, batch_file_format=batch_file_format, spark_master=spark_master,
-                         metrics_port=metrics_port, spark_ui_port=spark_ui_port, catalog_file=catalog_file,
-                         progress_interval=float(environ.get(PROGRESS_INTERVAL_ENV) or PROGRESS_INTERVAL),
-                         metrics_tables=max(1, int(environ.get(METRICS_TABLES_ENV) or METRICS_TABLES)),
-                         status_refresh=float(environ.get(STATUS_REFRESH_ENV) or STATUS_REFRESH),
-                         account_name=environ.get(ACCOUNT_NAME_ENV, ""), group_name=environ.get(GROUP_NAME_ENV, ""),
-                         port_file=port_file(environ),
-                         driver_memory=environ.get(DRIVER_MEMORY_ENV) or DRIVER_MEMORY,
-                         spark_event_log=environ.get(SPARK_EVENT_LOG_ENV) or None,
-                         small_request_bytes=int(environ.get(SMALL_REQUEST_BYTES_ENV) or SMALL_REQUEST_BYTES),
-                         health_interval=float(environ.get(HEALTH_INTERVAL_ENV) or HEALTH_INTERVAL),
-                         grace_seconds=float(environ.get(GRACE_SECONDS_ENV) or GRACE_SECONDS),
-                         s3_retry_attempts=s3_retry_attempts(environ))
+    """The command line's options with the tuning variables of the environment; every variable that is not a
+    number is named in one UserActionRequired (not only the first)."""
+    env = _Numbers(environ)
+    options = ServerOptions(root=root, batch_file_format=batch_file_format, spark_master=spark_master,
+                            metrics_port=metrics_port, spark_ui_port=spark_ui_port, catalog_file=catalog_file,
+                            progress_interval=env.number(PROGRESS_INTERVAL_ENV, PROGRESS_INTERVAL),
+                            metrics_tables=max(1, int(env.number(METRICS_TABLES_ENV, METRICS_TABLES, integer=True))),
+                            status_refresh=env.number(STATUS_REFRESH_ENV, STATUS_REFRESH),
+                            account_name=environ.get(ACCOUNT_NAME_ENV, ""), group_name=environ.get(GROUP_NAME_ENV, ""),
+                            port_file=port_file(environ),
+                            driver_memory=environ.get(DRIVER_MEMORY_ENV) or DRIVER_MEMORY,
+                            spark_event_log=environ.get(SPARK_EVENT_LOG_ENV) or None,
+                            small_request_bytes=int(env.number(SMALL_REQUEST_BYTES_ENV, SMALL_REQUEST_BYTES,
+                                                               integer=True)),
+                            health_interval=env.number(HEALTH_INTERVAL_ENV, HEALTH_INTERVAL),
+                            grace_seconds=env.number(GRACE_SECONDS_ENV, GRACE_SECONDS),
+                            s3_retry_attempts=max(1, int(env.number(S3_RETRY_ATTEMPTS_ENV, S3_RETRY_ATTEMPTS,
+                                                                    integer=True))))
+    if env.problems:
+        raise UserActionRequired("; ".join(env.problems))
+    return options
 
 
 def s3_retry_attempts(environ: Mapping[str, str] = os.environ) -> int:
     """Attempts per S3 call (RECORDS_DESTINATION_S3_RETRY_ATTEMPTS, at least 1): the server's, and the commands'."""
-    return max(1, int(environ.get(S3_RETRY_ATTEMPTS_ENV) or S3_RETRY_ATTEMPTS))
+    env = _Numbers(environ)
+    attempts = max(1, int(env.number(S3_RETRY_ATTEMPTS_ENV, S3_RETRY_ATTEMPTS, integer=True)))
+    if env.problems:
+        raise UserActionRequired(env.problems[0])
+    return attempts
+
+
+class _Numbers:
+    """Reads numeric environment variables, noting each one that is not a number (its default stands in) so that
+    one message names them all."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self._environ = environ
+        self.problems: list[str] = []
+
+    def number(self, name: str, default: float, *, integer: bool = False) -> float:
+        text = (self._environ.get(name) or "").strip()
+        if not text:
+            return default
+        try:
+            return int(text) if integer else float(text)
+        except ValueError:
+            kind = "a whole number" if integer else "a number"
+            self.problems.append(f"the environment variable {name} is {text!r}, not {kind} (unset: {default:g})")
+            return default
 
 
 def port_file(environ: Mapping[str, str] = os.environ) -> str | None:
