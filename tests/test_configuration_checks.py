@@ -108,3 +108,16 @@ def test_a_storage_test_of_a_missing_local_folder_creates_nothing_and_says_so(st
     answer = storage_test(stub, {"root": str(blocker)})
     assert answer.failure == (f"the root {str(blocker)!r} is a file, not a directory: the Test creates nothing; "
                               "create the folder or fix `root`"), answer
+
+
+def test_every_bad_field_is_named_in_one_answer(stub, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    configuration = {"root": str(tmp_path), "changes": "sometimes", "target_file_size": "huge",
+                     "retention_versions": "0", "layout": "flat"}
+    expected = ["configuration field 'changes' is 'sometimes'", "configuration field 'target_file_size' is 'huge'",
+                "configuration field 'retention_versions': 0 is below 1", "configuration field 'layout': 'flat'"]
+    failure = storage_test(stub, configuration).failure  # the first alone was named: one Test per mistake
+    assert all(message in failure for message in expected), failure
+    answer = create_answer(stub, configuration)
+    assert answer.WhichOneof("response") == "task", answer
+    assert all(message in answer.task.message for message in expected), answer.task.message
+    assert list(tmp_path.iterdir()) == []

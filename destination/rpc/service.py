@@ -40,6 +40,7 @@ from destination.shared.errors import (
     BadRequest,
     CommitConflict,
     DestinationError,
+    Problems,
     Unavailable,
     UserActionRequired,
     cause_text,
@@ -98,17 +99,23 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         configuration's change and placement settings."""
         config = dict(configuration)
         self._warn_unknown_fields(config)
-        spec = storage_spec(config, self.options)
-        changes = change_settings(config)
-        catalog = catalog_settings(config, spec.s3_region, spec.access_key_id, spec.secret_access_key)
-        stored = check_store_options(catalog, store_options(config, spec.is_s3))
+        problems = Problems()  # every bad field in one answer
+        spec = problems.attempt(lambda: storage_spec(config, self.options))
+        changes = problems.attempt(lambda: change_settings(config))
+        file_bytes = problems.attempt(lambda: target_file_bytes(config))
+        catalog = problems.attempt(lambda: catalog_settings(config, *_s3_access(spec)))
+        chosen = problems.attempt(lambda: store_options(config, spec.is_s3 if spec else False))
+        problems.raise_any()
+        assert spec is not None and changes is not None and file_bytes is not None
+        assert catalog is not None and chosen is not None
+        stored = check_store_options(catalog, chosen)
         with self._stores_lock:
             store = self._stores.get((spec, stored, catalog))
             if store is None:
                 store = self._stores[(spec, stored, catalog)] = TableStore(
                     open_storage(spec), stored.retention, observer=self.observer.commit_observer(spec.root),
                     layout=stored.layout, copies=SparkCopies(self.spark), follow=follow_hook(stored.formats, catalog))
-        placement = PlacementSettings(target_file_bytes=target_file_bytes(config), scratch=self._scratch())
+        placement = PlacementSettings(target_file_bytes=file_bytes, scratch=self._scratch())
         return writers(store, self.spark, changes, self.options.small_request_bytes, placement, stored.records)
 
     def _scratch(self) -> StorageSpec | None:
@@ -326,6 +333,11 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         if not outcome.supported:
             return sdk.MigrateResponse(unsupported=True), outcome.detail
         return sdk.MigrateResponse(success=True), outcome.detail
+
+
+def _s3_access(spec: StorageSpec | None) -> tuple[str, str, str]:
+    """The S3 region and keys a catalog shares with the storage (none when the storage's fields are wrong)."""
+    return (spec.s3_region, spec.access_key_id, spec.secret_access_key) if spec else ("", "", "")
 
 
 def _causes(exc: BaseException) -> str:

@@ -11,6 +11,10 @@ Messages name the table, file and cause; they never contain keys or row values.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 def scrub(message: str) -> str:
@@ -37,6 +41,32 @@ class DestinationError(Exception):
 
 class UserActionRequired(DestinationError):
     """The user must change something (configuration, credentials, table definition)."""
+
+
+class Problems:
+    """The user's mistakes in one configuration, gathered field by field so that one answer names every bad value
+    (the first alone meant one Test per mistake)."""
+
+    def __init__(self) -> None:
+        self._found: list[UserActionRequired] = []
+
+    def attempt(self, parse: Callable[[], T]) -> T | None:
+        """`parse()`, or None with its UserActionRequired kept for `raise_any`."""
+        try:
+            return parse()
+        except UserActionRequired as exc:
+            self._found.append(exc)
+            return None
+
+    def add(self, message: str) -> None:
+        self._found.append(UserActionRequired(message))
+
+    def raise_any(self) -> None:
+        """Raise the one problem found as it was, or one UserActionRequired naming them all."""
+        if len(self._found) == 1:
+            raise self._found[0]
+        if self._found:
+            raise UserActionRequired("; ".join(str(exc) for exc in self._found))
 
 
 class RefusedChange(UserActionRequired):

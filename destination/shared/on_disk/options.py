@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from destination.shared.errors import UserActionRequired
+from destination.shared.errors import Problems, UserActionRequired
 from destination.shared.records_formats.choice import RecordsChoice, records_choice
 from destination.shared.table_model import AVRO, PARQUET
 
@@ -59,17 +59,26 @@ def default_layout(is_s3: bool) -> str:
 def store_options(configuration: dict[str, str], is_s3: bool) -> StoreOptions:
     """The configuration's layout and retention fields (empty: the defaults); a bad value is a UserActionRequired
     naming the field."""
+    problems = Problems()
+    layout = problems.attempt(lambda: _layout(configuration, is_s3))
+    keep = problems.attempt(lambda: int(_number(configuration, VERSIONS_FIELD, KEEP_VERSIONS, integer=True)))
+    age = problems.attempt(lambda: _number(configuration, MIN_AGE_FIELD, MIN_AGE_SECONDS, integer=False))
+    if keep is not None and keep < 1:
+        problems.add(f"configuration field {VERSIONS_FIELD!r}: {keep} is below 1 (the latest version is always kept)")
+    if age is not None and not age >= 0:
+        problems.add(f"configuration field {MIN_AGE_FIELD!r}: {age} is not a number of seconds ≥ 0")
+    formats = problems.attempt(lambda: table_formats(configuration))
+    records = problems.attempt(lambda: records_choice(configuration))
+    problems.raise_any()
+    assert layout is not None and keep is not None and age is not None and formats is not None and records is not None
+    return StoreOptions(layout, Retention(keep, age), formats, records)
+
+
+def _layout(configuration: dict[str, str], is_s3: bool) -> str:
     layout = (configuration.get(LAYOUT_FIELD) or "").strip().lower() or default_layout(is_s3)
     if layout not in LAYOUTS:
         raise UserActionRequired(f"configuration field {LAYOUT_FIELD!r}: {layout!r} is not one of {', '.join(LAYOUTS)}")
-    keep = int(_number(configuration, VERSIONS_FIELD, KEEP_VERSIONS, integer=True))
-    age = _number(configuration, MIN_AGE_FIELD, MIN_AGE_SECONDS, integer=False)
-    if keep < 1:
-        raise UserActionRequired(f"configuration field {VERSIONS_FIELD!r}: {keep} is below 1 (the latest version "
-                                 "is always kept)")
-    if not age >= 0:
-        raise UserActionRequired(f"configuration field {MIN_AGE_FIELD!r}: {age} is not a number of seconds ≥ 0")
-    return StoreOptions(layout, Retention(keep, age), table_formats(configuration), records_choice(configuration))
+    return layout
 
 
 def describes(table_format: str, records_format: str) -> bool:
