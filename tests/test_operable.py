@@ -245,6 +245,20 @@ def test_status_page_in_headless_chromium(grpc_server: str, status_url: str, tmp
     assert (tmp_path / "phone.png").stat().st_size > 5000  # not a blank image
 
 
+def test_status_page_names_each_table_s_root(grpc_server: str, status_url: str, tmp_path: Path) -> None:
+    roots = [tmp_path / "root-a", tmp_path / "root-b"]
+    with grpc.insecure_channel(grpc_server) as channel:
+        for root in roots:  # one server, two configurations: the same schema.table under each root
+            create(sdk_grpc.DestinationConnectorStub(channel), {"root": str(root)}, "rooted", table("twin", [("id", "INT", True)]))
+    html = get(f"{status_url}/")[1]
+    rows = html.split("id=tables>", 1)[1].split("</table>", 1)[0].split("<tr>")
+    assert "<th>root</th>" in rows[1], rows[1]
+    twins = [row for row in rows if ">rooted.twin</a>" in row]
+    # before: two identical rows "rooted.twin", no root on the page
+    assert sorted(next(str(root) for root in roots if f"<td>{root}</td>" in row) for row in twins) == sorted(map(str, roots))
+    assert "under " in html.split("<h2>Tables (", 1)[1].split(")", 1)[0]  # every other test's root is listed too
+
+
 class CountingHarness(Harness):
     """The tester, keeping the row figure it reports for each WriteHistoryBatch ("users (3 rows)")."""
 

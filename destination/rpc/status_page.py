@@ -1,4 +1,4 @@
-"""The status page's HTML (read-only; every value escaped): tables with their latest version, the last requests,
+"""The status page's HTML (read-only; every value escaped): tables with their root and latest version, the last requests,
 the requests running now, a chart of recent write throughput, and one page per table with its version history.
 Rendered from `Activity.snapshot()` only: a page view reads no storage."""
 from __future__ import annotations
@@ -88,7 +88,9 @@ def throughput_chart(requests: list[dict[str, Any]]) -> str:
 
 
 def render_index(snapshot: dict[str, Any], spark_ui_url: str | None) -> bytes:
-    tables = [[f"<td>{_table_link(t)}</td>", f"<td class=n>{t['version']}</td>", f"<td class=n>{t['rows']}</td>",
+    # a server writes wherever each request's configuration points: the root tells a.b under one from a.b under another
+    tables = [[f"<td>{_table_link(t)}</td>", f"<td>{escape(t['root'])}</td>", f"<td class=n>{t['version']}</td>",
+               f"<td class=n>{t['rows']}</td>",
                f"<td class=n>{_size(t['bytes'])}</td>", f"<td class=n>{t['files']}</td>",
                f"<td>{_when(t['committed_at'])}</td>"] for t in snapshot["tables"]]
     requests = [[f"<td>{_when(r['finished_at'])}</td>", f"<td>{escape(r['rpc'])}</td>", f"<td>{escape(r['table'])}</td>",
@@ -110,9 +112,15 @@ def render_index(snapshot: dict[str, Any], spark_ui_url: str | None) -> bytes:
             + f"<h2>Last requests ({len(requests)})</h2>"
             + _rows(requests, ["finished", "RPC", "table", "duration", "rows", "outcome"], "no requests yet",
                     "requests")
-            + f"<h2>Tables ({len(tables)})</h2>"
-            + _rows(tables, ["table", "version", "rows", "size", "files", "last commit"], "no tables seen yet", "tables"))
+            + f"<h2>Tables ({_count_with_roots(snapshot['tables'])})</h2>"
+            + _rows(tables, ["table", "root", "version", "rows", "size", "files", "last commit"], "no tables seen yet",
+                    "tables"))
     return _page("records-destination status", body)
+
+
+def _count_with_roots(tables: list[dict[str, Any]]) -> str:
+    roots = len({t["root"] for t in tables})
+    return f"{len(tables)} under {roots} roots" if roots > 1 else str(len(tables))
 
 
 def render_table(table: dict[str, Any] | None) -> bytes:
