@@ -152,9 +152,10 @@ SERVER_FIXTURES = ("stub", "grpc_server", "grpc_endpoint")  # a server called ov
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark each test by what it needs: Spark (the session, the in-process server, a `serve` process: the `serve`
     marker, which tests/serverproc.py insists on; or a `spark` marker set by hand, for a Spark driver process of
-    the test's own), S3 (the SeaweedFS server, the s3 backend); and by tier: `e2e` (a
-    server called over a socket), `integration` (real Spark or S3, no server), `unit` (neither). `-m unit` (the same
-    as `-m "not spark and not s3"`) selects the quick tests."""
+    the test's own), S3 (the SeaweedFS server, the s3 backend), PostgreSQL (the sql catalog's server); and by tier:
+    `e2e` (a server called over a socket), `integration` (real Spark, S3 or PostgreSQL, no server), `unit` (none of
+    them). `-m unit` (the same as `-m "not spark and not s3 and not postgres"`) selects the quick tests, which need
+    no system package."""
     for item in items:
         names = getattr(item, "fixturenames", ())
         params = getattr(getattr(item, "callspec", None), "params", {})
@@ -164,13 +165,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         # iceberg_java: Spark 3.5 with Iceberg's Java library; a `spark` marker set by hand counts too
         spark = "spark" in names or "iceberg_java" in names or serve or item.get_closest_marker("spark") is not None
         s3 = "s3_server" in names or params.get("configuration") == "s3"
+        # PostgreSQL: a system package (apt), which the quick tier does without
+        postgres = "postgres_server" in names or params.get("catalog_uri") == "postgresql"
         if spark:
             item.add_marker(pytest.mark.spark)
         if s3:
             item.add_marker(pytest.mark.s3)
+        if postgres:
+            item.add_marker(pytest.mark.postgres)
         if serve or any(name in names for name in SERVER_FIXTURES):
             item.add_marker(pytest.mark.e2e)
-        elif spark or s3:
+        elif spark or s3 or postgres:
             item.add_marker(pytest.mark.integration)
         else:
             item.add_marker(pytest.mark.unit)
