@@ -13,7 +13,6 @@ def _serve(args: argparse.Namespace) -> int:
     # Before grpc is imported: the server forks only to exec Spark's JVM gateway, and with gRPC's fork handlers on
     # that child can die on a closed epoll descriptor before it execs (grpc/grpc#43055), failing Spark's start.
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
-    from destination.rpc.server import serve
     from destination.shared.settings import server_options
     from destination.shared.storage.base import create_local_root, local_root_problem
 
@@ -25,6 +24,8 @@ def _serve(args: argparse.Namespace) -> int:
     if problem is not None:
         raise UserActionRequired(f"{problem}: name a directory (created when missing) or s3://bucket/prefix")
     logs.configure_library_logging()
+    from destination.rpc.server import serve  # after the checks: its imports (PyArrow, pyiceberg) take seconds
+
     return serve(options, args.port)
 
 
