@@ -19,7 +19,7 @@ from destination.shared.key_order import (
     within,
 )
 from destination.shared.on_disk.datafiles import DataFile
-from destination.shared.placement import COMPACT_MIN_FILES, KeySample, plan_units
+from destination.shared.placement import TIER_FAN_IN, KeySample, plan_units
 from destination.shared.table_model import ColumnDef, TableDef
 
 pytestmark = pytest.mark.unit
@@ -126,12 +126,12 @@ def test_keys_inside_a_file_route_to_it_and_other_files_are_not_in_those_units()
 
 def test_small_neighbours_are_compacted_together_and_a_lone_small_file_is_not() -> None:
     big = [_file(f"big{i}", i * 1000, i * 1000 + 999, 1000, MB) for i in range(3)]
-    small = [_file(f"s{i}", 3000 + i * 10, 3000 + i * 10 + 9, 10, 10_000) for i in range(COMPACT_MIN_FILES + 1)]
+    small = [_file(f"s{i}", 3000 + i * 10, 3000 + i * 10 + 9, 10, 10_000) for i in range(TIER_FAN_IN + 1)]
     lone = [_file("big3", 4000, 4999, 1000, MB), _file("lone", 5000, 5009, 10, 10_000), _file("big4", 6000, 6999, 1000, MB)]
     plan = plan_units([*big, *small, *lone], _sample(np.array([], np.int64)), LONG_KEY, MB)
     compacting = [u for u in plan.units if u.compact]
     assert len(compacting) == 1 and [f.name for f in compacting[0].files] == [f.name for f in small]
-    three = plan_units([*big, *small[:COMPACT_MIN_FILES - 1]], _sample(np.array([], np.int64)), LONG_KEY, MB)
+    three = plan_units([*big, *small[:TIER_FAN_IN - 1]], _sample(np.array([], np.int64)), LONG_KEY, MB)
     assert not any(u.compact for u in three.units)
 
 

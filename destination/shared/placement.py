@@ -9,9 +9,13 @@ A unit is a key range [lo, hi) with the stored files that overlap it. The units 
   first load into an empty table) is cut into units of about the target's rows, at sampled keys;
 - a file receiving more than a unit's worth of keys inside its range is cut too: each of its units reads the file
   and keeps its own part (such units always rewrite their part of the file).
-Small files (under half the target) that lie side by side are compacted, COMPACT_MIN_FILES or more at a time, into
-one unit that rewrites them together whether or not the request touches them; so a table written by many small
-syncs keeps about target-size files while a single append still rewrites no file.
+Files are compacted in size tiers: a file's level is how many times TIER_FAN_IN divides its size below the target
+(level 0: from a quarter of the target up; level 1: a sixteenth to a quarter; ...; at most MAX_LEVEL). When
+TIER_FAN_IN or more neighbouring files share a level of 1 or more (and fit one target file together), one unit
+rewrites them together, whether or not the request touches them, into a file of a lower level. So the many small
+files of small syncs are merged geometrically: a row is rewritten by compaction at most MAX_LEVEL times in its life
+(each rewrite lowers its file's level by one at least), never once per sync, and a small sync rewrites only the
+small files that hold its keys; a single append still rewrites no file.
 """
 from __future__ import annotations
 
@@ -28,8 +32,8 @@ from destination.shared.on_disk.datafiles import DataFile
 from destination.shared.table_model import TableDef
 
 TARGET_FILE_BYTES = 64 << 20  # the default target data-file size (configuration field target_file_size)
-SMALL_FILE_FRACTION = 0.5  # a file under this fraction of the target is small
-COMPACT_MIN_FILES = 4  # this many small neighbours, fitting one target file, are compacted together
+TIER_FAN_IN = 4  # this many neighbouring files of one level, fitting one target file, are compacted together
+MAX_LEVEL = 8  # the smallest files' level: under target / 4**8 (1 KiB of a 64 MiB target) all are one level
 ROWS_PER_BYTE_UNKNOWN = 1 / 100  # a table without stored rows: rows per target byte guessed at 100 bytes a row
 
 
@@ -90,26 +94,33 @@ def target_rows(files: Sequence[DataFile], target_bytes: int, bytes_per_row: flo
     return max(1, int(target_bytes * per_byte))
 
 
+def level(size: int, target_bytes: int) -> int:
+    """A file's size tier: 0 from target / TIER_FAN_IN up, k below target / TIER_FAN_IN**k, at most MAX_LEVEL."""
+    k = 0
+    bound = target_bytes / TIER_FAN_IN
+    while size < bound and k < MAX_LEVEL:
+        k += 1
+        bound /= TIER_FAN_IN
+    return k
+
+
 def _segments(files: list[DataFile], target_bytes: int) -> list[tuple[tuple[DataFile, ...], bool]]:
-    """Files in key order grouped into segments: (files, compact). Runs of small files become groups of at least
-    COMPACT_MIN_FILES that fit one target file together; every other file is a segment of its own."""
-    small = [f.bytes < target_bytes * SMALL_FILE_FRACTION for f in files]
+    """Files in key order grouped into segments: (files, compact). A run of at least TIER_FAN_IN neighbours of one
+    level above 0 that fit one target file together is one compacting segment; every other file is a segment of
+    its own. Files of other levels never join a run: a small file is not merged into a much larger neighbour, which
+    would rewrite the larger one for a few rows (the tail of a table of small syncs, rewritten by every sync)."""
+    levels = [level(f.bytes, target_bytes) for f in files]
     segments: list[tuple[tuple[DataFile, ...], bool]] = []
     i = 0
     while i < len(files):
-        if not small[i]:
-            segments.append(((files[i],), False))
-            i += 1
-            continue
-        group = [files[i]]
         size = files[i].bytes
         j = i + 1
-        while j < len(files) and small[j] and size + files[j].bytes <= target_bytes:
-            group.append(files[j])
+        while (levels[i] > 0 and j < len(files) and levels[j] == levels[i]
+               and size + files[j].bytes <= target_bytes):
             size += files[j].bytes
             j += 1
-        if len(group) >= COMPACT_MIN_FILES:
-            segments.append((tuple(group), True))
+        if j - i >= TIER_FAN_IN:
+            segments.append((tuple(files[i:j]), True))
             i = j
         else:
             segments.append(((files[i],), False))
