@@ -398,6 +398,58 @@ def test_many_small_syncs_are_compacted_into_files_near_the_target(stub, configu
     assert sorted(x["id"] for x in rows_of(configuration, "many", "small")) == list(range(24 * 500))
 
 
+def _tier(size: int, target: int) -> int:
+    """The size tiers as docs/design/write-path.md states them: level k below target / 4**k, down to level 8."""
+    return next((k for k in range(8) if size >= target / 4 ** (k + 1)), 8)
+
+
+def test_small_syncs_keep_tiered_files_and_rewrite_each_row_a_bounded_number_of_times(stub, configuration, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Appends of 100 random-text rows with retention retiring a version every commit: each row's file is rewritten
+    by compaction at most once per level below its first file's (the tiers' promise), the largest files are never
+    touched by a later small sync, and the records files, delta-rs and DuckDB's Iceberg reader read the model's rows."""
+    from tests.lake_readers import delta_rs, iceberg_duckdb, rows
+
+    target = 256 * 1024
+    configuration = {**configuration, "target_file_size": "256KiB", "retention_versions": "2",
+                     "retention_min_age_seconds": "0"}
+    t = table("tiers", [("id", "LONG", True), ("v", "STRING"), *SYS])
+    create(stub, configuration, "tiered", t)
+    store = TableStore(open_storage(spec_of(configuration)))
+    rng = random.Random(7)
+    model: dict[int, str] = {}
+    holders: dict[int, set[str]] = {}  # key → the data files that have held it
+    first_level: dict[int, int] = {}
+    for sync in range(40):
+        batch = {sync * 100 + i: rng.randbytes(24).hex() for i in range(100)}
+        write(stub, configuration, "tiered", t, tmp_path, replace=[r(k, v) for k, v in batch.items()])
+        model.update(batch)
+        current = store.load("tiered", "tiers")
+        assert current is not None
+        for f in current.files:
+            for key in range(int(f.first_key[0]), int(f.last_key[0]) + 1):
+                if key in model:
+                    holders.setdefault(key, set()).add(f.name)
+                    first_level.setdefault(key, _tier(f.bytes, target))
+    rewrites = {k: len(names) - 1 for k, names in holders.items()}
+    worst = max(rewrites.values())
+    assert all(rewrites[k] <= first_level[k] for k in model), \
+        f"rows rewritten more often than their tiers allow: worst {worst}, levels {sorted(set(first_level.values()))}"
+    assert worst >= 1, "the small files were compacted at all"
+    current = store.load("tiered", "tiers")
+    assert current is not None
+    largest = max(current.files, key=lambda f: f.bytes)
+    write(stub, configuration, "tiered", t, tmp_path, replace=[r(3_990 + i, "late") for i in range(10)])
+    model.update({3_990 + i: "late" for i in range(10)})
+    after = store.load("tiered", "tiers")
+    assert after is not None and largest.name in {f.name for f in after.files}, "a small sync rewrote the largest file"
+    columns = ["id", "v"]
+    want = rows([{"id": k, "v": v} for k, v in model.items()], columns)
+    assert rows(rows_of(configuration, "tiered", "tiers"), columns) == want
+    spec, url = spec_of(configuration), store.storage.url("tiered/tiers")
+    assert rows(delta_rs(spec, url), columns) == want
+    assert rows(iceberg_duckdb(spec, url), columns) == want
+
+
 def test_runs_are_staged_with_lz4_when_the_scratch_disk_lacks_room(stub, configuration, tmp_path, through_spark_tasks,  # type: ignore[no-untyped-def]
                                                                   monkeypatch, capsys) -> None:
     """Sorted runs go uncompressed to a scratch disk with room for them; when the disk's free space is short of
