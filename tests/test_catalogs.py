@@ -11,14 +11,16 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from destination.catalogs.catalog import CatalogRefused, CatalogUnavailable
+from destination.catalogs.catalog import CatalogRefused, CatalogUnavailable, ForeignEntry
 from destination.catalogs.catalog_settings import CatalogSettings
 from destination.catalogs.kinds import follow_hook
 from destination.shared.on_disk import layout
 from destination.shared.on_disk.options import TABLE_FORMATS
 from destination.shared.storage.base import Storage
 from destination.shared.storage.opening import open_storage
+from destination.shared.table_model import ColumnDef
 from destination.store.table_store import Retention, TableStore
+from destination.store.versions import PendingVersion
 from destination.table_formats.iceberg import file_io_properties
 from tests.conftest import spec_of
 from tests.lake_readers import rows
@@ -126,6 +128,59 @@ def test_drop_removes_the_entry_and_a_new_table_of_the_name_is_registered_again(
     assert reader(storage, catalog_uri).list_tables(NAMESPACE) == [(NAMESPACE, "other")]
     store.write(SCHEMA, "events", appender(storage, 30))
     assert catalog_ids(storage, catalog_uri) == [30, 31, 32]
+
+
+def added_column(table: str) -> Any:
+    """A produce() that adds a column to the table and keeps its files: an ALTER TABLE."""
+    from dataclasses import replace
+
+    def produce(base: Any, target: Any) -> PendingVersion:
+        altered = replace(base.table, columns=(*base.table.columns, ColumnDef("added", "INT")))
+        return PendingVersion(altered, [], list(base.files), {"kind": "alter"})
+    return produce
+
+
+def another_entry_survives(storage: Storage, store: TableStore, table: str, entry: Any, names: str) -> None:
+    """The table's catalog name holds an entry the destination did not make (`entry()` reads it as the catalog
+    holds it): a write and an ALTER are Tasks naming it, their records versions stand; a drop (as a rename's
+    second step) drops the table. The entry is as it was after each."""
+    before = entry()
+    for version, produce in ((1, named_appender(storage, table, 0)), (2, added_column(table))):
+        with pytest.raises(ForeignEntry) as refused:
+            store.write(SCHEMA, table, produce)
+        assert names in str(refused.value) and "did not make" in str(refused.value)
+        assert entry() == before
+        committed = store.load(SCHEMA, table)
+        assert committed is not None and committed.version == version
+    assert [c.name for c in committed.table.columns][-1] == "added"
+    store.drop(SCHEMA, table)
+    assert store.load(SCHEMA, table) is None
+    assert entry() == before
+
+
+def test_an_entry_the_destination_did_not_make_is_never_moved_or_dropped(storage: Storage, catalog_uri: str,
+                                                                           tmp_path: Path) -> None:
+    """Another tool's entry of the table's name, and one naming the same table in another root of ours."""
+    from sqlalchemy import text
+
+    engine = reader(storage, catalog_uri).engine  # pyiceberg's SqlCatalog creates the catalog's tables
+    elsewhere = {"theirs": "s3://their-bucket/warehouse/theirs/metadata/00003-1f2e.metadata.json",
+                 "events": (tmp_path / "other-root" / layout.table_prefix(SCHEMA, "events") / "metadata" /
+                            "v1.metadata.json").as_uri()}
+    with engine.begin() as connection:
+        for name, location in elsewhere.items():
+            connection.execute(text(
+                "INSERT INTO iceberg_tables (catalog_name, table_namespace, table_name, metadata_location, "
+                "previous_metadata_location) VALUES (:c, :n, :t, :m, :p)"),
+                {"c": CATALOG, "n": NAMESPACE, "t": name, "m": location, "p": location + ".before"})
+
+    def row_of(name: str) -> Any:
+        with engine.connect() as connection:
+            return connection.execute(text("SELECT * FROM iceberg_tables WHERE table_name = :t"), {"t": name}).all()
+    store = sql_store(storage, catalog_uri)
+    for name, location in elsewhere.items():
+        another_entry_survives(storage, store, name, lambda name=name: row_of(name), f"{NAMESPACE}.{name}")
+        assert row_of(name)[0][3] == location
 
 
 def test_wrong_credentials_are_a_task_naming_the_catalog_without_the_password(storage: Storage,

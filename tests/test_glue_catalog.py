@@ -26,7 +26,7 @@ from tests.conftest import spec_of
 from tests.lake_readers import delta_rs, rows
 from tests.rpc_helpers import run_tester_input
 from tests.rpc_helpers import table as table_named
-from tests.test_catalogs import metadata_of, named_appender
+from tests.test_catalogs import another_entry_survives, metadata_of, named_appender
 from tests.test_table_formats import TESTER_INPUTS, columns_in, records_rows
 from tests.test_table_store import SCHEMA, appender
 
@@ -66,9 +66,9 @@ def delta_entry_rows(glue: Any, storage: Storage, database: str, name: str, colu
 def test_the_glue_entry_follows_commits_and_drops(storage: Storage, glue_endpoint: str) -> None:
     store = glue_store(storage, glue_endpoint)
     store.write(SCHEMA, "events", appender(storage, 0))
+    glue = glue_client(glue_endpoint)
     store.write(SCHEMA, "events", appender(storage, 10))
     store.write(SCHEMA, "other", named_appender(storage, "other", 5))
-    glue = glue_client(glue_endpoint)
     entry = glue.get_table(DatabaseName=DATABASE, Name="events")["Table"]
     assert entry["Parameters"]["table_type"] == "ICEBERG"
     assert entry["Parameters"]["metadata_location"] == metadata_of(storage, 2)
@@ -84,6 +84,7 @@ def test_the_glue_entry_follows_commits_and_drops(storage: Storage, glue_endpoin
     store.drop(SCHEMA, "events")
     assert [t["Name"] for t in glue.get_tables(DatabaseName=DATABASE)["TableList"]] == ["other"]
     assert [t["Name"] for t in glue.get_tables(DatabaseName=DATABASE + "_delta")["TableList"]] == ["other"]
+    store.drop(SCHEMA, "other")  # the moto server is shared: another root's table of the name would be refused
 
 
 def test_a_glue_name_held_by_another_table_is_a_task_naming_it(storage: Storage, glue_endpoint: str) -> None:
@@ -107,6 +108,39 @@ def test_a_glue_name_held_by_another_table_is_a_task_naming_it(storage: Storage,
         "table_type": "ICEBERG"}
     with pytest.raises(glue.exceptions.EntityNotFoundException):  # no Iceberg entry without its Delta one
         glue.get_table(DatabaseName=DATABASE, Name=taken)
+
+
+def test_a_glue_table_the_destination_did_not_make_is_never_moved_or_dropped(storage: Storage,
+                                                                             glue_endpoint: str) -> None:
+    """Another tool's Iceberg table of the table's name, and one naming this table's own metadata file without
+    the destination's mark (registered by hand): both stay as they were, byte for byte, with their Delta
+    namesake."""
+    glue = glue_client(glue_endpoint)
+    suffix = uuid.uuid4().hex[:8]  # the moto server is shared by the tests
+    theirs, registered = f"theirs_{suffix}", f"registered_{suffix}"
+    for database in (DATABASE, DATABASE + "_delta"):
+        try:
+            glue.create_database(DatabaseInput={"Name": database})
+        except glue.exceptions.AlreadyExistsException:
+            pass
+    locations = {theirs: "s3://their-bucket/theirs/metadata/00001-ab.metadata.json",
+                 registered: metadata_of(storage, 1, registered)}
+    for name, location in locations.items():
+        for database, kind in ((DATABASE, "ICEBERG"), (DATABASE + "_delta", "DELTA")):
+            glue.create_table(DatabaseName=database, TableInput={
+                "Name": name, "TableType": "EXTERNAL_TABLE",
+                "Parameters": {"table_type": kind, "metadata_location": location, "owner": "someone"},
+                "StorageDescriptor": {"Location": location.rsplit("/metadata/", 1)[0],
+                                      "Columns": [{"Name": "id", "Type": "bigint"}]}})
+
+    def tables_of(name: str) -> Any:
+        return [glue.get_table(DatabaseName=d, Name=name)["Table"] for d in (DATABASE, DATABASE + "_delta")]
+    store = glue_store(storage, glue_endpoint)
+    for name in locations:
+        another_entry_survives(storage, store, name, lambda name=name: tables_of(name), f"{DATABASE}.{name}")
+        assert tables_of(name)[0]["Parameters"]["metadata_location"] == locations[name]
+        for database in (DATABASE, DATABASE + "_delta"):
+            glue.delete_table(DatabaseName=database, Name=name)
 
 
 @pytest.mark.parametrize("path", TESTER_INPUTS, ids=lambda p: p.stem)

@@ -28,10 +28,27 @@ class CatalogRefused(UserActionRequired):
     """The catalog refused the destination's credentials or request (permissions, a missing database)."""
 
 
+class ForeignEntry(UserActionRequired):
+    """The catalog holds an entry of the table's name that the destination did not make (no mark, or naming files
+    outside the table's folder): it is never moved, overwritten or deleted."""
+
+
+MARK_PROPERTY = "records-destination.table-folder"  # on every entry made where the catalog holds table properties
+
+
+def foreign_entry(described: str, entry: str, holder: str) -> ForeignEntry:
+    """The Task for an entry the destination did not make: what it is (`holder`: its location or kind) and that it
+    stays as it is."""
+    return ForeignEntry(f"the {described} holds a table {entry} that this destination did not make ({holder}); it "
+                        "is left as it is: drop or rename it, or choose another catalog or schema, for the "
+                        "destination to register its table there")
+
+
 class Catalog(Protocol):
     """One catalog's entries. `namespace` and `name` are catalog names (`catalog_name` below)."""
 
     described: str  # "sql catalog 'fivetran' (postgresql://…@host/db)": what messages name, no credentials
+    names_our_files: bool  # the entry names the destination's metadata file (False: the catalog writes its own)
 
     def location(self, namespace: str, name: str) -> str | None:
         """The metadata file the table's entry names; None: no entry."""
@@ -54,8 +71,8 @@ class DeltaEntries(Protocol):
     def register_delta(self, namespace: str, name: str, folder: str) -> None:
         """Create the Delta entry unless it exists (a name held by another kind of table is a Task)."""
 
-    def drop_delta(self, namespace: str, name: str) -> None:
-        """Remove the Delta entry, if there is one."""
+    def drop_delta(self, namespace: str, name: str, folder: str) -> None:
+        """Remove the Delta entry, if there is one and it is ours (marked with `folder`)."""
 
 
 def with_retries(described: str, classify: Callable[[Exception], str | None], action: Callable[[], T]) -> T:

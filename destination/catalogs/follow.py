@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from destination.catalogs.catalog import Catalog, DeltaEntries, catalog_name
+from destination.catalogs.catalog import Catalog, DeltaEntries, ForeignEntry, catalog_name, foreign_entry
 from destination.shared import logs, phases
 from destination.shared.on_disk.options import DELTA, ICEBERG, describes
 from destination.shared.storage.base import Storage
@@ -52,6 +52,17 @@ def named_version(location: str | None, storage: Storage, prefix: str) -> int | 
     return int(number) if number.isdigit() and location.endswith(".metadata.json") else None
 
 
+def our_location(catalog: Catalog, storage: Storage, prefix: str, namespace: str, name: str) -> str | None:
+    """The metadata file the table's entry names; None: no entry. An entry naming a file outside the table's folder
+    is another table's (another tool's, or another root's): a Task naming it, and it is never moved or deleted.
+    (A `rest` catalog writes metadata files of its own: it checks its entries itself, rest.py.)"""
+    current = catalog.location(namespace, name)
+    if current is not None and catalog.names_our_files and named_version(current, storage, prefix) is None:
+        raise foreign_entry(catalog.described, f"{namespace}.{name}",
+                            f"it names {current}, outside the table's folder {storage.url(prefix)}")
+    return current
+
+
 def point_entry(registry: Registry, storage: Storage, prefix: str, schema: str, table: TableDef) -> int | None:
     """Move the table's entry to the newest Iceberg metadata file, or register it; never back to an older one (a
     writer ahead moved it). Returns the version the entry names afterwards (None: no metadata file yet)."""
@@ -62,7 +73,7 @@ def point_entry(registry: Registry, storage: Storage, prefix: str, schema: str, 
     namespace, name = registry.names(schema, table.name)
     location = metadata_location(storage, prefix, last)
     for _ in range(3):  # another writer may move the entry between our read and our move
-        current = catalog.location(namespace, name)
+        current = our_location(catalog, storage, prefix, namespace, name)
         named = named_version(current, storage, prefix)
         if current == location or (named is not None and named > last):
             return named
@@ -75,7 +86,7 @@ def point_entry(registry: Registry, storage: Storage, prefix: str, schema: str, 
         if catalog.advance(namespace, name, location, current, table):
             logs.info(f"{schema}.{table.name}: {catalog.described} entry moved to version {last}")
             return last
-    return named_version(catalog.location(namespace, name), storage, prefix)
+    return named_version(our_location(catalog, storage, prefix, namespace, name), storage, prefix)
 
 
 class FollowCatalog:
@@ -95,7 +106,8 @@ class FollowCatalog:
         fault: Exception | None = None
         try:
             with phases.timed("catalog"):
-                named = named_version(catalog.location(namespace, name), store.storage, prefix)
+                named = named_version(our_location(catalog, store.storage, prefix, namespace, name), store.storage,
+                                      prefix)
             kept = oldest_retained if named is None else min(oldest_retained, named)
         except Exception as exc:  # unknown: keep every version the catalog might name; raised below
             fault, kept = exc, KEEP_ALL
@@ -117,12 +129,10 @@ class FollowCatalog:
     def _without_iceberg(self, store: TableStore, prefix: str, committed: TableVersion, oldest_retained: int) -> bool:
         """A table moved to delimited files (`records-destination reformat`) has no Iceberg metadata, so no entry:
         one left from its earlier versions is dropped (first: it names metadata the formats' step removes)."""
-        namespace, name = self.registry.names(committed.schema, committed.table.name)
         fault: Exception | None = None
         try:
             with phases.timed("catalog"):
-                if self.registry.catalog.location(namespace, name) is not None:
-                    self._drop_entries(committed.schema, committed.table.name)
+                self._drop_entries(store.storage, prefix, committed.schema, committed.table.name, with_delta=False)
         except Exception as exc:  # raised after the formats followed, as in __call__
             fault = exc
         followed = self.formats(store, prefix, committed, oldest_retained)
@@ -137,11 +147,21 @@ class FollowCatalog:
         """The table is being dropped: its entry goes first (a reader never finds an entry naming deleted files;
         a fault leaves the table as it was, for the retry)."""
         self.formats.dropped(store, schema, table)
-        self._drop_entries(schema, table)
+        self._drop_entries(store.storage, store.table_prefix(schema, table), schema, table, with_delta=True)
 
-    def _drop_entries(self, schema: str, table: str) -> None:
+    def _drop_entries(self, storage: Storage, prefix: str, schema: str, table: str, with_delta: bool) -> None:
+        """Drop the table's entries that are ours; another's entry of the name stays as it is (a warning: the table
+        it names is not the one dropped). `with_delta`: the Delta entry too when there is no Iceberg one."""
         namespace, name = self.registry.names(schema, table)
-        self.registry.catalog.drop(namespace, name)
-        if self.registry.delta is not None:
-            self.registry.delta.drop_delta(namespace, name)
-        logs.info(f"{schema}.{table}: {self.registry.catalog.described} entry dropped")
+        catalog = self.registry.catalog
+        try:
+            ours = our_location(catalog, storage, prefix, namespace, name) is not None
+        except ForeignEntry as foreign:
+            logs.warning(f"{schema}.{table}: {foreign}")
+            ours = False
+        if ours:
+            catalog.drop(namespace, name)
+        if self.registry.delta is not None and (ours or with_delta):
+            self.registry.delta.drop_delta(namespace, name, storage.url(prefix))
+        if ours:
+            logs.info(f"{schema}.{table}: {catalog.described} entry dropped")

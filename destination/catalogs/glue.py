@@ -19,9 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from destination.catalogs.catalog import with_retries
+from destination.catalogs.catalog import MARK_PROPERTY, ForeignEntry, foreign_entry, with_retries
 from destination.catalogs.catalog_settings import CatalogSettings
-from destination.shared.errors import UserActionRequired
 from destination.shared.table_model import TableDef
 
 TRANSIENT_CODES = {"ThrottlingException", "InternalServiceException", "OperationTimeoutException",
@@ -50,7 +49,7 @@ def classify(exc: Exception) -> str | None:
 DELTA_DATABASE_SUFFIX = "_delta"
 
 
-class EntryTaken(UserActionRequired):
+class EntryTaken(ForeignEntry):
     """A Glue table of the name the destination registers exists and is not of its format (another table's)."""
 
 
@@ -61,6 +60,8 @@ def glue_keeps(ch: str) -> bool:
 
 class GlueCatalog:
     """The Catalog protocol (catalog.py) over AWS Glue's Data Catalog."""
+
+    names_our_files = True
 
     def __init__(self, settings: CatalogSettings) -> None:
         import boto3
@@ -83,14 +84,22 @@ class GlueCatalog:
             return None
 
     def location(self, namespace: str, name: str) -> str | None:
+        """The metadata file the entry names; an entry without the destination's mark naming that file's table
+        folder is another's (a Task, see catalog.py's `ForeignEntry`)."""
         table = self._call(lambda: self._get(namespace, name))
-        return None if table is None else (table.get("Parameters") or {}).get("metadata_location")
+        if table is None:
+            return None
+        parameters = table.get("Parameters") or {}
+        location, mark = parameters.get("metadata_location"), parameters.get(MARK_PROPERTY)
+        if location is None or mark != location.rsplit("/metadata/", 1)[0]:
+            raise foreign_entry(self.described, f"{namespace}.{name}", _holder(parameters))
+        return str(location)
 
     def _input(self, name: str, location: str, previous: str | None, table: TableDef) -> dict[str, Any]:
         from destination.table_formats.iceberg import iceberg_type
 
         folder = location.rsplit("/metadata/", 1)[0]
-        parameters = {"table_type": "ICEBERG", "metadata_location": location}
+        parameters = {"table_type": "ICEBERG", "metadata_location": location, MARK_PROPERTY: folder}
         if previous:
             parameters["previous_metadata_location"] = previous
         columns = [{"Name": c.name, "Type": str(t), "Comment": c.ddl()[:255]}
@@ -112,19 +121,24 @@ class GlueCatalog:
                 self._check_kind(namespace, name, "ICEBERG")
         self._call(register)
 
-    def _check_kind(self, namespace: str, name: str, kind: str) -> None:
+    def _check_kind(self, namespace: str, name: str, kind: str, folder: str | None = None) -> None:
+        """A table of the name is of `kind` (and, given `folder`, marked with it), else a Task naming it."""
         existing = self._get(namespace, name)
-        found = "" if existing is None else str((existing.get("Parameters") or {}).get("table_type", "")).upper()
+        parameters = {} if existing is None else (existing.get("Parameters") or {})
+        found = str(parameters.get("table_type", "")).upper()
         if existing is not None and found != kind:
             raise EntryTaken(f"the {self.described} already holds a table {namespace}.{name} of table_type "
                              f"{found or 'none'}, not {kind}: drop or rename it, or choose another catalog")
+        if existing is not None and folder is not None and parameters.get(MARK_PROPERTY) != folder:
+            raise foreign_entry(self.described, f"{namespace}.{name}", _holder(parameters))
 
     def register_delta(self, namespace: str, name: str, folder: str) -> None:
         """The Delta table's entry (in `<namespace>_delta`), unless it is there."""
         client = self._client
         database = namespace + DELTA_DATABASE_SUFFIX
         entry = {"Name": name, "TableType": "EXTERNAL_TABLE",
-                 "Parameters": {"table_type": "DELTA", "EXTERNAL": "TRUE", "spark.sql.sources.provider": "delta"},
+                 "Parameters": {"table_type": "DELTA", "EXTERNAL": "TRUE", "spark.sql.sources.provider": "delta",
+                                MARK_PROPERTY: folder},
                  "StorageDescriptor": {"Location": folder, "Columns": [],
                                        "SerdeInfo": {"Parameters": {"path": folder}}}}
 
@@ -136,11 +150,14 @@ class GlueCatalog:
             try:
                 client.create_table(DatabaseName=database, TableInput=entry)
             except client.exceptions.AlreadyExistsException:
-                self._check_kind(database, name, "DELTA")
+                self._check_kind(database, name, "DELTA", folder)
         self._call(register)
 
-    def drop_delta(self, namespace: str, name: str) -> None:
-        self._drop(namespace + DELTA_DATABASE_SUFFIX, name)
+    def drop_delta(self, namespace: str, name: str, folder: str) -> None:
+        database = namespace + DELTA_DATABASE_SUFFIX
+        existing = self._call(lambda: self._get(database, name))
+        if existing is not None and (existing.get("Parameters") or {}).get(MARK_PROPERTY) == folder:
+            self._drop(database, name)
 
     def advance(self, namespace: str, name: str, location: str, previous: str, table: TableDef) -> bool:
         client = self._client
@@ -169,3 +186,9 @@ class GlueCatalog:
             except client.exceptions.EntityNotFoundException:
                 pass
         self._call(drop)
+
+
+def _holder(parameters: dict[str, str]) -> str:
+    """What a Glue table the destination did not make is, for its Task."""
+    return (f"table_type {parameters.get('table_type') or 'none'}, metadata_location "
+            f"{parameters.get('metadata_location') or 'none'}, {MARK_PROPERTY} {parameters.get(MARK_PROPERTY) or 'none'}")

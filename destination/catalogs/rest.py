@@ -59,6 +59,8 @@ def rest_keeps(ch: str) -> bool:
 class RestCatalog:
     """The Catalog protocol (catalog.py) over an Iceberg REST catalog."""
 
+    names_our_files = False  # the catalog writes its own metadata files; `_check_ours` finds another's entry
+
     def __init__(self, settings: CatalogSettings) -> None:
         self.settings = settings
         shown = settings.uri + (f", warehouse {settings.warehouse}" if settings.warehouse else "")

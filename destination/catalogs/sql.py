@@ -61,6 +61,8 @@ def classify(exc: Exception) -> str | None:
 class SqlCatalog:
     """The Catalog protocol (catalog.py) over Iceberg's JDBC catalog tables."""
 
+    names_our_files = True
+
     def __init__(self, name: str, uri: str) -> None:
         self.name, self.uri = name, uri
         self.described = _described(name, uri)

@@ -55,7 +55,7 @@ def formats_command(storage: Storage, name: str | None, formats: tuple[str, ...]
                     if describes(DELTA, latest.table.stored_format):
                         registry.delta.register_delta(*names, storage.url(prefix))  # registered before Delta was on
                     else:  # no Delta Lake for an Avro or delimited table: an entry left by a move goes
-                        registry.delta.drop_delta(*names)
+                        registry.delta.drop_delta(*names, storage.url(prefix))
                 print(f"{schema}.{table}: {registry.catalog.described} entry at version {named}")
         except DestinationError as exc:
             print(f"{schema}.{table}: error: {exc}")

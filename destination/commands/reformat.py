@@ -93,7 +93,7 @@ def reformat_command(storage: Storage, name: str, fields: dict[str, str], format
     if registry is not None and registry.delta is not None:  # Glue's Delta table, which names the folder
         names = registry.names(schema, table)
         if DELTA in dropped:
-            registry.delta.drop_delta(*names)
+            registry.delta.drop_delta(*names, storage.url(prefix))
         elif DELTA in followed and not describes(DELTA, current.table.stored_format):
             registry.delta.register_delta(*names, storage.url(prefix))  # back in Parquet: the Iceberg entry stayed
     print(f"{schema}.{table}: version {committed.version} holds its {committed.rows} rows in records format "
