@@ -20,6 +20,7 @@ from destination.shared.errors import UserActionRequired
 from destination.shared.on_disk.options import TABLE_FORMATS
 from destination.shared.storage.base import Storage
 from destination.shared.storage.opening import open_storage
+from destination.shared.table_model import TableDef
 from destination.store.table_store import TableStore
 from destination.table_formats.iceberg import file_io_properties
 from tests.conftest import spec_of
@@ -67,13 +68,18 @@ def test_the_glue_entry_follows_commits_and_drops(storage: Storage, glue_endpoin
     store = glue_store(storage, glue_endpoint)
     store.write(SCHEMA, "events", appender(storage, 0))
     glue = glue_client(glue_endpoint)
+    first = glue.get_table(DatabaseName=DATABASE, Name="events")["Table"]
+    glue.update_table(DatabaseName=DATABASE, TableInput={  # a parameter a user (or Lake Formation...) sets
+        "Name": "events", "TableType": first["TableType"], "StorageDescriptor": first["StorageDescriptor"],
+        "Parameters": {**first["Parameters"], "classification": "team-a"}})
     store.write(SCHEMA, "events", appender(storage, 10))
     store.write(SCHEMA, "other", named_appender(storage, "other", 5))
     entry = glue.get_table(DatabaseName=DATABASE, Name="events")["Table"]
+    assert entry["Parameters"]["classification"] == "team-a"  # the commit kept it
     assert entry["Parameters"]["table_type"] == "ICEBERG"
     assert entry["Parameters"]["metadata_location"] == metadata_of(storage, 2)
     assert entry["Parameters"]["previous_metadata_location"] == metadata_of(storage, 1)
-    assert [c["Name"] for c in entry["StorageDescriptor"]["Columns"]] == ["id", "v", "_fivetran_synced"]
+    assert [c["Name"] for c in entry["StorageDescriptor"]["Columns"]] == ["id", "v", "_fivetran_synced", "_destination_meta"]
     table = pyiceberg_glue(storage, glue_endpoint).load_table((DATABASE, "events"))
     assert sorted(table.scan().to_arrow().column("id").to_pylist()) == [0, 1, 2, 10, 11, 12]
     assert sorted(table.scan(snapshot_id=1).to_arrow().column("id").to_pylist()) == [0, 1, 2]
@@ -143,6 +149,21 @@ def test_a_glue_table_the_destination_did_not_make_is_never_moved_or_dropped(sto
             glue.delete_table(DatabaseName=database, Name=name)
 
 
+HIVE_TYPES = {"BOOLEAN": "boolean", "SHORT": "int", "INT": "int", "LONG": "bigint", "FLOAT": "float",
+              "DOUBLE": "double", "NAIVE_DATE": "date", "NAIVE_DATETIME": "timestamp", "UTC_DATETIME": "timestamp",
+              "STRING": "string", "JSON": "string", "XML": "string", "BINARY": "binary"}
+"""Fivetran's types as Athena's DDL and pyiceberg's GlueCatalog name the Iceberg type each is stored as."""
+
+
+def hive_columns(table: TableDef, schema: Any) -> list[tuple[str, str]]:
+    """What Glue should list: every column of the Iceberg schema (`schema`, as pyiceberg reads the metadata file),
+    `_destination_meta` too, typed by HIVE_TYPES from the Fivetran type (a decimal with the Iceberg field's
+    precision and scale: how far a Fivetran decimal widens is the table format's choice)."""
+    types = {c.name: c.type for c in table.columns} | {"_destination_meta": "STRING"}
+    return [(f.name, f"decimal({f.field_type.precision},{f.field_type.scale})" if types[f.name] == "DECIMAL"
+             else HIVE_TYPES[types[f.name]]) for f in schema.fields]
+
+
 @pytest.mark.parametrize("path", TESTER_INPUTS, ids=lambda p: p.stem)
 def test_every_tester_table_is_found_through_glue_at_its_latest_version(  # type: ignore[no-untyped-def]
         grpc_server, configuration, glue_endpoint: str, tmp_path: Path, path: Path) -> None:
@@ -160,6 +181,8 @@ def test_every_tester_table_is_found_through_glue_at_its_latest_version(  # type
         assert latest is not None
         table = catalog.load_table((schema, glue_name))
         assert table.metadata_location == storage.url(f"{latest.prefix}/metadata/v{latest.version}.metadata.json")
+        listed = glue.get_table(DatabaseName=schema, Name=glue_name)["Table"]["StorageDescriptor"]["Columns"]
+        assert [(c["Name"], c["Type"]) for c in listed] == hive_columns(latest.table, table.schema()), name
         columns = columns_in(latest.table, "iceberg")
         assert rows(table.scan().to_arrow(), columns) == rows(records_rows(storage, latest), columns), name
         columns = columns_in(latest.table, "delta")

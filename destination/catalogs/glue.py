@@ -95,17 +95,16 @@ class GlueCatalog:
             raise foreign_entry(self.described, f"{namespace}.{name}", _holder(parameters))
         return str(location)
 
-    def _input(self, name: str, location: str, previous: str | None, table: TableDef) -> dict[str, Any]:
-        from destination.table_formats.iceberg import iceberg_type
-
+    def _input(self, name: str, location: str, previous: str | None, table: TableDef,
+               kept: dict[str, str] | None = None) -> dict[str, Any]:
+        """The ICEBERG entry naming `location`, every column of the table's Iceberg schema in Glue's (Hive) type
+        names as pyiceberg's GlueCatalog writes them; `kept`: the parameters the entry has (others' stay)."""
         folder = location.rsplit("/metadata/", 1)[0]
-        parameters = {"table_type": "ICEBERG", "metadata_location": location, MARK_PROPERTY: folder}
+        parameters = {**(kept or {}), "table_type": "ICEBERG", "metadata_location": location, MARK_PROPERTY: folder}
         if previous:
             parameters["previous_metadata_location"] = previous
-        columns = [{"Name": c.name, "Type": str(t), "Comment": c.ddl()[:255]}
-                   for c in table.columns if (t := iceberg_type(c)) is not None]
         return {"Name": name, "TableType": "EXTERNAL_TABLE", "Parameters": parameters,
-                "StorageDescriptor": {"Location": folder, "Columns": columns}}
+                "StorageDescriptor": {"Location": folder, "Columns": glue_columns(table)}}
 
     def register(self, namespace: str, name: str, location: str, table: TableDef) -> None:
         client = self._client
@@ -167,8 +166,8 @@ class GlueCatalog:
             if current is None or (current.get("Parameters") or {}).get("metadata_location") != previous:
                 return False
             try:
-                client.update_table(DatabaseName=namespace, TableInput=self._input(name, location, previous, table),
-                                    VersionId=current["VersionId"])
+                entry = self._input(name, location, previous, table, current.get("Parameters"))
+                client.update_table(DatabaseName=namespace, TableInput=entry, VersionId=current["VersionId"])
             except client.exceptions.ConcurrentModificationException:
                 return False
             return True
@@ -192,3 +191,19 @@ def _holder(parameters: dict[str, str]) -> str:
     """What a Glue table the destination did not make is, for its Task."""
     return (f"table_type {parameters.get('table_type') or 'none'}, metadata_location "
             f"{parameters.get('metadata_location') or 'none'}, {MARK_PROPERTY} {parameters.get(MARK_PROPERTY) or 'none'}")
+
+
+def glue_columns(table: TableDef) -> list[dict[str, Any]]:
+    """Every column of the table's Iceberg schema (destination/table_formats/iceberg.py), typed and described as
+    pyiceberg's GlueCatalog lists them (Hive's names: `bigint`, `timestamp`, `decimal(p,s)`, `string`...), which is
+    what Athena and Spark's Glue catalog show."""
+    from pyiceberg.catalog.glue import _IcebergSchemaToGlueType
+    from pyiceberg.schema import visit
+
+    from destination.table_formats.iceberg import iceberg_schema
+
+    return [{"Name": field.name, "Type": visit(field.field_type, _IcebergSchemaToGlueType()),
+             "Comment": (field.doc or "")[:255],
+             "Parameters": {"iceberg.field.id": str(field.field_id), "iceberg.field.optional": str(field.optional).lower(),
+                            "iceberg.field.current": "true"}}
+            for field in iceberg_schema(table).columns]

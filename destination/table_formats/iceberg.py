@@ -150,6 +150,11 @@ def iceberg_type(col: ColumnDef) -> IcebergType | None:
     return _SIMPLE_TYPES.get(col.type)
 
 
+def iceberg_schema(table: TableDef) -> Schema:
+    """The table's Iceberg schema, as its metadata files write it (the catalogs list its columns)."""
+    return _schema_for(table, 0).schema
+
+
 def left_out_comment(table: TableDef) -> str | None:
     """The table's `comment` (what Spark's DESCRIBE shows) naming the columns left out of the schema; None: none."""
     return left_out_text(table, "Iceberg", iceberg_type)
