@@ -17,14 +17,14 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from destination.catalogs.catalog import CatalogRefused, CatalogUnavailable, catalog_name
+from destination.catalogs.catalog import CatalogRefused, CatalogUnavailable, ForeignEntry, catalog_name
 from destination.catalogs.catalog_settings import CatalogSettings, catalog_settings
 from destination.catalogs.kinds import follow_hook
 from destination.catalogs.rest import VERSION_PROPERTY, RestCatalog, rest_keeps
 from destination.shared.on_disk import layout
 from destination.shared.on_disk.datafiles import write_data_file
 from destination.shared.on_disk.options import TABLE_FORMATS
-from destination.shared.storage.base import Storage
+from destination.shared.storage.base import Storage, StorageSpec
 from destination.shared.table_model import ColumnDef
 from destination.store.table_store import Retention, TableStore
 from destination.store.versions import PendingVersion, TableVersion, VersionTarget
@@ -171,6 +171,38 @@ def test_drop_removes_the_entry(storage: Storage, s3_server: S3Server) -> None:
     assert catalog.list_tables(schema) == [(schema, "events")]
     store.drop(schema, "events")
     assert catalog.list_tables(schema) == []
+
+
+def test_an_entry_another_tool_made_is_never_moved_or_dropped(storage: Storage, s3_server: S3Server) -> None:
+    """A table of the name that another tool made and wrote rows to: a write and an ALTER are Tasks naming it,
+    their records versions stand, a drop drops the records table; the entry is as it was after each."""
+    from pyiceberg.catalog.rest import RestCatalog as PyicebergRest
+
+    schema = made_by_the_catalog(storage, s3_server)
+    catalog = reader(storage, s3_server)
+    writer = PyicebergRest("another tool", uri=s3_server.iceberg_endpoint, warehouse=WAREHOUSE,
+                           credential=f"{ACCESS_KEY}:{SECRET_KEY}",
+                           **{"oauth2-server-uri": f"{s3_server.iceberg_endpoint}/v1/oauth/tokens"},
+                           **file_io_properties(StorageSpec(root=f"s3://{TABLE_BUCKET}", s3_endpoint=s3_server.endpoint,
+                                                            s3_region="us-east-1", access_key_id=ACCESS_KEY,
+                                                            secret_access_key=SECRET_KEY)))
+    writer.load_table((schema, "events")).append(pa.table({"id": pa.array([7], pa.int64())}))
+
+    def entry() -> tuple[str, dict[str, str], int | None]:
+        table = catalog.load_table((schema, "events"))
+        return str(table.metadata_location), dict(table.properties), table.metadata.current_snapshot_id
+    before = entry()
+    store = rest_store(storage, s3_server)
+    for version, produce in ((1, appender(storage, 0)), (2, widened(storage, 10))):
+        with pytest.raises(ForeignEntry) as refused:
+            store.write(schema, "events", produce)
+        assert f"{schema}.events" in str(refused.value) and "did not make" in str(refused.value)
+        assert entry() == before
+        committed = store.load(schema, "events")
+        assert committed is not None and committed.version == version
+    store.drop(schema, "events")
+    assert store.load(schema, "events") is None
+    assert entry() == before and ids(writer.load_table((schema, "events"))) == [7]
 
 
 def test_wrong_credentials_are_a_task_naming_the_catalog_without_the_secret(storage: Storage,

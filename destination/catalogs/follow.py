@@ -52,12 +52,16 @@ def named_version(location: str | None, storage: Storage, prefix: str) -> int | 
     return int(number) if number.isdigit() and location.endswith(".metadata.json") else None
 
 
-def our_location(catalog: Catalog, storage: Storage, prefix: str, namespace: str, name: str) -> str | None:
+def our_location(catalog: Catalog, storage: Storage, prefix: str, namespace: str, name: str,
+                 dropping: bool = False) -> str | None:
     """The metadata file the table's entry names; None: no entry. An entry naming a file outside the table's folder
     is another table's (another tool's, or another root's): a Task naming it, and it is never moved or deleted.
-    (A `rest` catalog writes metadata files of its own: it checks its entries itself, rest.py.)"""
+    (A `rest` catalog writes metadata files of its own: a move checks its entries itself, rest.py, and takes an
+    empty one the catalog made; an entry it drops must name the table's own file, as every entry it committed to
+    does.)"""
     current = catalog.location(namespace, name)
-    if current is not None and catalog.names_our_files and named_version(current, storage, prefix) is None:
+    if (current is not None and (catalog.names_our_files or dropping)
+            and named_version(current, storage, prefix) is None):
         raise foreign_entry(catalog.described, f"{namespace}.{name}",
                             f"it names {current}, outside the table's folder {storage.url(prefix)}")
     return current
@@ -155,7 +159,7 @@ class FollowCatalog:
         namespace, name = self.registry.names(schema, table)
         catalog = self.registry.catalog
         try:
-            ours = our_location(catalog, storage, prefix, namespace, name) is not None
+            ours = our_location(catalog, storage, prefix, namespace, name, dropping=True) is not None
         except ForeignEntry as foreign:
             logs.warning(f"{schema}.{table}: {foreign}")
             ours = False

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from destination.catalogs.catalog import CatalogRefused, with_retries
+from destination.catalogs.catalog import foreign_entry, with_retries
 from destination.catalogs.catalog_settings import CatalogSettings
 from destination.shared.table_model import TableDef
 
@@ -151,9 +151,7 @@ class RestCatalog:
         folder = location.rsplit("/", 1)[0]
         if (VERSION_PROPERTY not in current.properties and current.metadata.snapshots
                 and not str(current.metadata_location).startswith(folder + "/")):
-            raise CatalogRefused(f"the {self.described} already holds a table {namespace}.{name} the destination "
-                                 f"did not register ({current.metadata_location}): drop or rename it, or choose "
-                                 "another catalog")
+            raise foreign_entry(self.described, f"{namespace}.{name}", f"it names {current.metadata_location}")
 
     def drop(self, namespace: str, name: str) -> None:
         from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
