@@ -236,11 +236,24 @@ def validate_table(storage: Storage, schema: str, table: str, retention: Retenti
     versions = committed_versions(storage, prefix)
     if not versions:
         return ["_log: no commit record (not a table?)"]
-    gaps = sorted(set(range(1, versions[-1] + 1)) - set(versions))
-    problems = [f"_log/{n:0{layout.VERSION_DIGITS}d}.json: commit record missing (versions skip it)" for n in gaps]
-    for n in versions:
+    first_record, problems = _first_record(storage, prefix)
+    gaps = sorted(set(range(first_record, versions[-1] + 1)) - set(versions))
+    problems += [f"_log/{n:0{layout.VERSION_DIGITS}d}.json: commit record missing (versions skip it)" for n in gaps]
+    for n in (v for v in versions if v >= first_record):  # a record before it: a pruning cut short, still retired
         problems += _validate_committed(storage, prefix, n, versions[-1], retention or Retention())
     return problems
+
+
+def _first_record(storage: Storage, prefix: str) -> tuple[int, list[str]]:
+    """The first version whose commit record `_log/` keeps: the ones before were retired and their records pruned
+    (`_log/_pruned.json`, destination/store/log_pruning.py); 1 when none were, or when the summary is unreadable (a
+    problem, with the records it stood for reported missing)."""
+    try:
+        return int(json.loads(storage.read_bytes(layout.pruned_log_path(prefix)))["first_record"]), []
+    except FileNotFoundError:
+        return 1, []
+    except (ValueError, KeyError, TypeError) as exc:
+        return 1, [f"_log/_pruned.json: unreadable summary of the pruned commit records ({exc!r})"]
 
 
 def _validate_committed(storage: Storage, prefix: str, n: int, latest: int, retention: Retention) -> list[str]:

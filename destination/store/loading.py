@@ -16,6 +16,7 @@ from destination.shared.on_disk.locations import file_dir
 from destination.shared.records_formats.codec import table_codec
 from destination.shared.storage.base import Storage
 from destination.shared.table_model import TableDef
+from destination.store.log_pruning import read_pruned
 from destination.store.table_names import TableNames
 from destination.store.versions import IncompleteVersion, TableVersion
 
@@ -58,6 +59,8 @@ class VersionReader:
         except (ValueError, KeyError, TypeError):
             logs.warning(f"{prefix}: unreadable _latest; finding the latest version from the commit log")
         named = n
+        if n == 0:  # no `_latest` (a new table, or one that lost it): its oldest records may have been pruned
+            n = read_pruned(self.storage, prefix).first_record - 1
         while self.storage.exists(layout.log_path(prefix, n + 1)):
             n += 1
         with self._lock:

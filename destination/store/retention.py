@@ -18,6 +18,8 @@ from destination.shared.on_disk.options import Retention
 from destination.shared.storage.base import Storage
 from destination.store.claims import Claims
 from destination.store.loading import VERSION_METADATA
+from destination.store.log_pruning import CommitLogPruning
+from destination.store.versions import FaultHook
 
 LISTED_FROM = 4  # on S3, version directories from which one listing of their commit records beats a HEAD each
 QUIET_TABLES = 4096  # tables whose next possible retirement this process remembers (the oldest forgotten first)
@@ -42,10 +44,11 @@ class VersionRetention:
     """Applies a `Retention` policy to a table: retires old versions and deletes uncommitted leftovers (a data file
     goes only when no retained version lists it)."""
 
-    def __init__(self, storage: Storage, retention: Retention, claims: Claims) -> None:
+    def __init__(self, storage: Storage, retention: Retention, claims: Claims, fault: FaultHook) -> None:
         self.storage = storage
         self.retention = retention
         self._claims = claims
+        self._log = CommitLogPruning(storage, fault)
         self._quiet: dict[str, _Quiet] = {}  # per table: nothing can go before a time (see `collect_garbage`)
         self._quiet_lock = threading.Lock()
 
@@ -53,6 +56,7 @@ class VersionRetention:
         """The table was dropped: what was learnt of its versions no longer holds."""
         with self._quiet_lock:
             self._quiet.pop(prefix, None)
+        self._log.forget(prefix)
 
     def collect_garbage(self, prefix: str, latest: int,
                         before_retiring: Callable[[int], bool] | None = None) -> list[str]:
@@ -121,6 +125,7 @@ class VersionRetention:
             for n in retiring:
                 self._retire(prefix, n, listed)
                 removed.append(layout.version_dir_name(n))
+            self._log.prune(prefix, oldest_kept)
         return removed
 
     def _remember(self, prefix: str, quiet: _Quiet) -> None:
@@ -135,13 +140,19 @@ class VersionRetention:
         that never committed: every version before the latest has been decided). On S3, from LISTED_FROM
         candidates on, one listing of the records whose numbers share the candidates' leading digits (the versions
         of a retention window: one request, not a HEAD per version younger than `min_age_seconds`); locally, where
-        a listing reads the whole log folder, a check of each."""
+        a listing reads the whole log folder, a check of each. A version before the first record `_log/` keeps
+        (log_pruning.py) was committed and retired, its record pruned."""
         if not self.storage.spec.is_s3 or len(candidates) < LISTED_FROM:
-            return {n for n in candidates if self.storage.exists(layout.log_path(prefix, n))}
-        paths = [layout.log_path(prefix, n) for n in sorted(candidates)]
-        common = os.path.commonprefix([paths[0], paths[-1]])  # noqa: RUF071 (the keys' leading characters)
-        listed = set(self.storage.list_starting_with(common))
-        return {n for n, path in zip(sorted(candidates), paths, strict=True) if path in listed}
+            found = {n for n in candidates if self.storage.exists(layout.log_path(prefix, n))}
+        else:
+            paths = [layout.log_path(prefix, n) for n in sorted(candidates)]
+            common = os.path.commonprefix([paths[0], paths[-1]])  # noqa: RUF071 (the keys' leading characters)
+            listed = set(self.storage.list_starting_with(common))
+            found = {n for n, path in zip(sorted(candidates), paths, strict=True) if path in listed}
+        if len(found) == len(candidates):
+            return found
+        first_record = self._log.pruned(prefix).first_record
+        return found | {n for n in candidates if n < first_record}
 
     def _retired(self, prefix: str, n: int) -> bool:
         return not self.storage.exists(f"{layout.version_dir(prefix, n)}/{records.FILES_JSON}")

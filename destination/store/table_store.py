@@ -4,6 +4,7 @@ destination/store/commit.py). `TableStore` is what callers hold; its parts do th
 retention (retention.py)."""
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +28,16 @@ from destination.store.versions import (
     TableVersion,
 )
 
+# for tests only (a crash at a named step of a commit, in a real server process): a `fault_point` step name, at
+# which a store built without a `fault` hook ends the process at once, as a kill would
+EXIT_AT_ENV = "RECORDS_DESTINATION_EXIT_AT"
+EXIT_AT_CODE = 86
+
+
+def _exit_at_named_step(step: str) -> None:
+    if os.environ.get(EXIT_AT_ENV) == step:
+        os._exit(EXIT_AT_CODE)
+
 
 class TableStore:
     """A root's versioned tables, for one writer: reading, writing through the commit protocol, repair, drop and
@@ -42,7 +53,7 @@ class TableStore:
         if layout not in LAYOUTS:
             raise ValueError(f"unknown layout {layout!r}")
         self.storage = storage
-        self._fault = fault or (lambda step: None)
+        self._fault = fault or _exit_at_named_step
         self._follow = follow
         self._followed: Follow | None = None
         if follow is not None:
@@ -51,7 +62,7 @@ class TableStore:
         self._reader = VersionReader(storage, self._names)
         # one writer per store; callers serialise a table's writes (destination/rpc/table_locks.py)
         self._claims = Claims(storage, uuid.uuid4().hex, claim_lease_seconds)
-        self._retention = VersionRetention(storage, retention or Retention(), self._claims)
+        self._retention = VersionRetention(storage, retention or Retention(), self._claims, self.fault_point)
         self._carry = CarryForward(storage, layout, copies, keep_origin=follow is not None)
         self._commits = Committer(storage, self._names, self._reader, self._claims, self._retention, self._carry,
                                   fault=self.fault_point, observer=observer or (lambda event: None),

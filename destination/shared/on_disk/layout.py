@@ -4,6 +4,9 @@
     <root>/<S>/<T>/_log/<20-digit N>.json        commit record, created if absent (the commit point)
     <root>/<S>/<T>/_log/<20-digit N>.claim       the writer preparing version N (removed on commit)
     <root>/<S>/<T>/_log/<20-digit N>.claim.<k>   the k-th takeover of that claim (the highest k holds it)
+    <root>/<S>/<T>/_log/_pruned.json             {"first_record": F, "deleting_from": D}: versions before F were
+                                                 committed and retired, their records pruned (records from D on may
+                                                 still be there)
     <root>/<S>/<T>/v<20-digit N>/                a complete records directory
     <root>/<S>/<T>/changes/v<20-digit N>/        the changes of version N (itself a records directory)
     <root>/<S>/~name, <root>/<S>/<T>/~name       the full name, for a folder shortened by naming.encode_name
@@ -70,6 +73,11 @@ def changes_dir(prefix: str, version: int) -> str:
 
 def log_path(prefix: str, version: int) -> str:
     return f"{prefix}/_log/{version:0{VERSION_DIGITS}d}.json"
+
+
+def pruned_log_path(prefix: str) -> str:
+    """The summary of the commit records pruned from `_log/` (destination/store/log_pruning.py)."""
+    return f"{prefix}/_log/_pruned.json"
 
 
 def claim_path(prefix: str, version: int, generation: int = 0) -> str:
