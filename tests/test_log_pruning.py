@@ -136,13 +136,13 @@ def sorted_rows(table: pa.Table) -> list[tuple[Any, ...]]:
     return sorted(rows(table, ["id", "v"]))
 
 
-def read_records(storage: Storage, version: TableVersion) -> pa.Table:
+def read_records(storage: Storage, version: TableVersion, columns: tuple[str, ...] = ("id", "v")) -> pa.Table:
     """The version's rows as a records reader takes them: every file its `_manifest` names."""
     manifest = json.loads(storage.read_bytes(f"{version.directory}/{records.MANIFEST}"))
     table_url = storage.url(version.prefix)
     return pa.concat_tables([
         pq.read_table(pa.BufferReader(storage.read_bytes(version.prefix + e["url"][len(table_url):])),
-                      columns=["id", "v"]) for e in manifest["entries"]])
+                      columns=list(columns)) for e in manifest["entries"]])
 
 
 def test_readers_read_every_retained_version_after_a_thousand_small_syncs(tmp_path: Any) -> None:

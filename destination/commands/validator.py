@@ -231,7 +231,8 @@ def committed_versions(storage: Storage, prefix: str) -> list[int]:
 
 def validate_table(storage: Storage, schema: str, table: str, retention: Retention | None = None) -> list[str]:
     """Problems of every committed version of the table, each as `<file below the table>: <problem>`.
-    A version directory older than `retention` keeps is allowed to be gone (its commit record stays)."""
+    A version directory older than `retention` keeps is allowed to be gone (its commit record too, once pruned:
+    `_log/_pruned.json`)."""
     prefix = layout.table_prefix(schema, table)
     versions = committed_versions(storage, prefix)
     if not versions:
