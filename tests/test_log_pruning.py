@@ -17,7 +17,7 @@ from destination.commands.validator import validate_table
 from destination.shared.on_disk import layout, records
 from destination.shared.on_disk.datafiles import write_data_file
 from destination.shared.on_disk.options import COMPLETE, LAYOUTS, TABLE_FORMATS
-from destination.shared.storage.base import Storage
+from destination.shared.storage.base import Storage, StorageError
 from destination.store.log_pruning import PRUNING_STEPS
 from destination.store.table_store import Retention, TableStore
 from destination.store.versions import FaultHook, PendingVersion, TableVersion, VersionTarget
@@ -215,6 +215,31 @@ def test_a_table_that_lost_its_latest_hint_is_found_past_its_pruned_records(stor
     latest = fresh.load(SCHEMA, NAME)
     assert latest is not None and latest.version == 8
     assert sync(fresh, model).version == 9
+
+
+def test_commits_whose_latest_hint_failed_prune_nothing_a_load_steps_through(storage: Storage) -> None:
+    """`_latest` not written by five commits in a row (storage refused it: a warning, the commits stand) while
+    retention retires a version every commit: a restarted process still steps from the old hint to the latest
+    version, and the next commit that moves the hint prunes as before."""
+    model = Model()
+    for _ in range(3):
+        sync(lake_store(storage), model)
+
+    def refuse_latest(at: str) -> None:
+        if at == "before_latest":
+            raise StorageError("the test's storage refuses `_latest`")
+    failing = lake_store(storage, fault=refuse_latest)
+    for _ in range(5):
+        sync(failing, model)
+    prefix = layout.table_prefix(SCHEMA, NAME)
+    assert json.loads(storage.read_bytes(layout.latest_path(prefix)))["version"] == 3
+    fresh = lake_store(storage)  # a restarted process
+    latest = fresh.load(SCHEMA, NAME)
+    assert latest is not None and latest.version == 8
+    assert sorted_rows(read_records(storage, latest)) == model.expected()
+    assert sync(fresh, model).version == 9
+    assert sorted(n for n in log_names(storage) if n.endswith(".json") and not n.startswith("_")) \
+        == [f"{n:020d}.json" for n in range(7, 10)]
 
 
 def test_an_unreadable_summary_is_a_problem_validate_names(storage: Storage) -> None:

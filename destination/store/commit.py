@@ -364,12 +364,23 @@ class AfterCommit:
             # the hint and the claims (the base's too: a writer died after its commit) are independent of each
             # other, and of the formats and retention (none of which reads them): all side by side, on S3 the
             # formats' time rather than theirs plus two round trips
-            calls = [partial(s.write_bytes, layout.latest_path(prefix), latest),
-                     *(partial(self._claims.drop, prefix, version) for version in (committed.version - 1, committed.version))]
+            moved: list[bool] = []  # `_latest` named this version: set by the call that wrote it
+
+            def move_latest() -> None:
+                self._fault("before_latest")
+                s.write_bytes(layout.latest_path(prefix), latest)
+                moved.append(True)
+
+            claims = [partial(self._claims.drop, prefix, version) for version in (committed.version - 1, committed.version)]
+            calls: list[Callable[[], object]] = [move_latest, *claims]
             housekeeping = start("commit-housekeeping", HOUSEKEEPING_THREADS,
                                  [partial(self._housekeeping, prefix, committed.version, call) for call in calls])
+
+            def latest_moved() -> bool:
+                housekeeping.wait()
+                return bool(moved)
             try:
-                self._follow_and_retain(prefix, committed)
+                self._follow_and_retain(prefix, committed, latest_moved)
             finally:
                 housekeeping.wait()  # its failures are warnings (`_housekeeping`): a failure above stays the one raised
         except StorageError as exc:  # the commit stands; retention is retried next time
@@ -390,15 +401,18 @@ class AfterCommit:
         except Exception as exc:
             logs.warning(f"{prefix}: version {version} committed; housekeeping failed: {exc}")
 
-    def _follow_and_retain(self, prefix: str, committed: TableVersion) -> None:
+    def _follow_and_retain(self, prefix: str, committed: TableVersion, latest_moved: Callable[[], bool]) -> None:
+        """The formats (when followed) and retention; `_log/` is pruned only once `_latest` names this version, so
+        a load, stepping forward from `_latest`, never starts before the records pruning leaves."""
         follow = self._follow
         with phases.timed("retention"):  # the formats' commits, inside it, are phases of their own
             if follow is None:
-                self._retention.collect_garbage(prefix, committed.version)
+                self._retention.collect_garbage(prefix, committed.version, may_prune=latest_moved)
             else:
                 self._fault("before_table_formats")
                 self._retention.collect_garbage(prefix, committed.version,
-                                                before_retiring=lambda oldest: follow(prefix, committed, oldest))
+                                                before_retiring=lambda oldest: follow(prefix, committed, oldest),
+                                                may_prune=latest_moved)
 
 
 def _lost_claim(prefix: str, target: int) -> LostClaim:

@@ -58,15 +58,17 @@ class VersionRetention:
             self._quiet.pop(prefix, None)
         self._log.forget(prefix)
 
-    def collect_garbage(self, prefix: str, latest: int,
-                        before_retiring: Callable[[int], bool] | None = None) -> list[str]:
+    def collect_garbage(self, prefix: str, latest: int, before_retiring: Callable[[int], bool] | None = None,
+                        may_prune: Callable[[], bool] | None = None) -> list[str]:
         """Retire versions older than the newest `keep_versions` once superseded for `min_age_seconds` (oldest
         first, stopping at the first one still too young), and delete uncommitted leftovers (no commit record, no
         live claim) older than that age. A retired version loses its metadata and every data file no retained
         version lists (in the complete layout: its whole directory); files that later versions still list stay
         in its directory. The change directories of committed versions are kept: consumers read them at their own
         pace. `before_retiring(oldest retained version)` runs before any version retires (always, when given);
-        False: nothing retires this time. Returns the version directories retired or deleted.
+        False: nothing retires this time. The records of retired versions are then pruned from `_log/` unless
+        `may_prune()` says False (the commit's `_latest` was not written: a load starts from an older version, whose
+        successors' records must stay). Returns the version directories retired or deleted.
 
         A pass that finds a committed version too young to retire learns when the first one can go (its successor's
         commit time plus the age; a leftover's newest file time plus the age): until then every version after it is
@@ -125,7 +127,8 @@ class VersionRetention:
             for n in retiring:
                 self._retire(prefix, n, listed)
                 removed.append(layout.version_dir_name(n))
-            self._log.prune(prefix, oldest_kept)
+            if may_prune is None or may_prune():
+                self._log.prune(prefix, oldest_kept)
         return removed
 
     def _remember(self, prefix: str, quiet: _Quiet) -> None:
