@@ -387,6 +387,44 @@ def test_a_catalog_outage_answers_unavailable_and_the_next_request_catches_the_e
     assert table.scan().to_arrow().column("id").to_pylist() == [1]
 
 
+def test_a_catalog_outage_stops_no_read_and_the_entry_catches_up_after_it(  # type: ignore[no-untyped-def]
+        stub, configuration, tmp_path: Path, proxied_postgres: tuple[str, Any]) -> None:
+    """During an outage, DescribeTable and a retried CreateTable answer from storage (the entry left behind by a
+    write during the outage stays behind); a write still answers UNAVAILABLE; the first read after it moves the
+    entry."""
+    import grpc
+
+    from destination.protocol import sdk
+    from tests.faultproxy import UNTIL_RESTORED
+    from tests.rpc_helpers import table as table_proto
+    from tests.test_write_path import SYS, create, r, write
+
+    uri, proxy = proxied_postgres
+    configuration = {**configuration, "catalog": "sql", "catalog_uri": uri}
+    t = table_proto("reads", [("id", "INT", True), ("v", "STRING"), ("n", "LONG"), *SYS])
+    create(stub, configuration, "lake", t)
+    write(stub, configuration, "lake", t, tmp_path, replace=[r(1, "a")])
+    proxy.arm(b"", UNTIL_RESTORED)
+    with pytest.raises(grpc.RpcError) as failed:  # version 3 committed in records, its entry left at 2
+        write(stub, configuration, "lake", t, tmp_path, replace=[r(2, "b")])
+    assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
+    failures_before = proxy.failed
+    described = stub.DescribeTable(sdk.DescribeTableRequest(configuration=configuration, schema_name="lake",
+                                                            table_name="reads"))
+    assert not described.not_found and described.WhichOneof("response") == "table"
+    assert [c.name for c in described.table.columns] == [c.name for c in t.columns]
+    assert stub.CreateTable(sdk.CreateTableRequest(configuration=configuration, schema_name="lake", table=t)).success
+    assert proxy.failed > failures_before  # both reads did try the catalog
+    proxy.restore()
+    storage = open_storage(spec_of(configuration))
+    assert TableStore(storage).latest_version_number(layout.table_prefix("lake", "reads")) == 3
+    assert reader(storage, uri).load_table(("lake", "reads")).metadata_location.endswith("/v2.metadata.json")
+    stub.DescribeTable(sdk.DescribeTableRequest(configuration=configuration, schema_name="lake", table_name="reads"))
+    table = reader(storage, uri).load_table(("lake", "reads"))
+    assert table.metadata_location.endswith("/v3.metadata.json")
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == [1, 2]
+
+
 def test_the_start_up_catch_up_brings_the_formats_and_the_entries_of_the_root_up_to_date(
         storage: Storage, catalog_uri: str) -> None:
     import threading

@@ -2,8 +2,8 @@
 mapping Fivetran names to catalog names.
 
 Faults, as the S3 backend answers them: a transient one (the catalog unreachable, a connection reset, a lock
-timeout, throttling) is retried with a bounded backoff and then raised as `CatalogUnavailable` (gRPC UNAVAILABLE:
-Fivetran retries the request); wrong credentials or missing permissions are `CatalogRefused` (a Task naming the
+timeout, throttling) is retried with a bounded backoff and then raised as `CatalogUnavailable` (a write answers gRPC
+UNAVAILABLE: Fivetran retries the request; a read answers from storage without the catalog); wrong credentials or missing permissions are `CatalogRefused` (a Task naming the
 catalog). Neither ever undoes a records commit: the entry is caught up later (follow.py).
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
-from destination.shared.errors import Unavailable, UserActionRequired, scrub
+from destination.shared.errors import CatalogUnreachable, UserActionRequired, scrub
 from destination.shared.table_model import TableDef
 
 T = TypeVar("T")
@@ -20,7 +20,7 @@ ATTEMPTS = 4
 FIRST_BACKOFF_SECONDS = 0.25  # then doubled: 0.25 + 0.5 + 1 s between four attempts
 
 
-class CatalogUnavailable(Unavailable):
+class CatalogUnavailable(CatalogUnreachable):
     """The catalog stayed unreachable (or busy) through every retry."""
 
 

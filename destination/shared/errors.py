@@ -108,6 +108,11 @@ class StorageUnavailable(Unavailable):
     """The object store stayed unreachable (or throttling, or failing with 5xx) through every retry."""
 
 
+class CatalogUnreachable(Unavailable):
+    """A catalog stayed unreachable through every retry (destination/catalogs/catalog.py raises it): a write answers
+    UNAVAILABLE, a read answers from storage and leaves the entry's catch-up to the next request."""
+
+
 class SparkUnavailable(Unavailable):
     """Spark's JVM stopped (killed, out of memory) during the job; a new session is started for the next one."""
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from destination.shared.batch.reader import FileFormat
-from destination.shared.errors import BadRequest, UserActionRequired
+from destination.shared.errors import BadRequest, CatalogUnreachable, UserActionRequired
 from destination.shared.table_model import ColumnDef, TableDef
 from destination.store.table_store import TableStore
 from destination.store.versions import AlreadyApplied, TableVersion
@@ -72,7 +72,9 @@ def write_batch(writers: Writers, request: BatchRequest, server_format: str, spa
             staging_seconds = time.perf_counter() - started
             outcome = writers.writes.write_batch(schema, table, staged_plan, request.rpc, checked=current)
     except AlreadyApplied as done:
-        _follow_up(store, schema, table)  # the first try may have died between its commit and the formats/catalog
+        latest = store.load(schema, table)  # the first try may have died between its commit and the formats/catalog
+        if latest is not None:
+            _follow_up(store, latest, reading=False)
         return BatchRetried(len(plan.files), done.version)
     if staged_plan is not plan:  # files staged for a cluster's executors: the copy's time is the write's too
         outcome = replace(outcome, timings={**outcome.timings, "staging": staging_seconds})
@@ -80,10 +82,11 @@ def write_batch(writers: Writers, request: BatchRequest, server_format: str, spa
 
 
 def describe_table(writers: Writers, schema: str, table: str) -> TableVersion | None:
-    """The table's latest version (None: no such table), its formats and catalog entry caught up first."""
+    """The table's latest version (None: no such table), its formats and catalog entry caught up first (the
+    catalog's catch-up only when the catalog can be reached: `_follow_up`)."""
     current = writers.store.load(schema, table)
     if current is not None:
-        writers.store.follow_up(current)  # formats and catalog left behind by a crash or an outage
+        _follow_up(writers.store, current, reading=True)  # formats and catalog left behind by a crash or an outage
     return current
 
 
@@ -97,7 +100,9 @@ def create_table(writers: Writers, schema: str, definition: TableDef) -> bool:
     if difference:
         raise UserActionRequired(f"the table already exists with another definition: {difference}. "
                                  "Use AlterTable, or drop the table first")
-    _follow_up(writers.store, schema, definition.name)  # its first try may have died before the formats and catalog
+    latest = writers.store.load(schema, definition.name)  # its first try may have died before the formats and catalog
+    if latest is not None:
+        _follow_up(writers.store, latest, reading=True)
     return False
 
 
@@ -125,8 +130,13 @@ def migrate(writers: Writers, schema: str, table: str, details: Any, type_name: 
     return migrations.migrate(writers.store, writers.tables, schema, table, details, type_name)
 
 
-def _follow_up(store: TableStore, schema: str, table: str) -> None:
-    latest = store.load(schema, table)
-    if latest is not None:
+def _follow_up(store: TableStore, latest: TableVersion, reading: bool) -> None:
+    """Bring the formats and the catalog entry up to `latest`. `reading`: the request only reads (DescribeTable,
+    a retried CreateTable), so an unreachable catalog stops nothing: the answer comes from storage and the entry is
+    caught up by the next commit or request (the hook logged the warning); a write answers UNAVAILABLE."""
+    try:
         store.follow_up(latest)
+    except CatalogUnreachable:
+        if not reading:
+            raise
 
