@@ -296,3 +296,43 @@ def test_a_catalog_that_never_answers_is_unavailable_not_a_hang(storage: Storage
         settings = settings_for(storage, s3_server, rest_uri=f"http://127.0.0.1:{silent.getsockname()[1]}")
         with pytest.raises(CatalogUnavailable, match="ReadTimeout"):
             RestCatalog(settings).location("rest_x", "events")
+
+
+
+def test_a_token_the_catalog_refuses_as_expired_gets_one_fresh_login(storage: Storage, s3_server: S3Server) -> None:
+    """The token held since the catalog was opened is refused (as the catalog refuses an expired one): each call
+    logs in again once and goes on, no Task. `namespace_exists`, the first call of a register, is one pyiceberg
+    does not retry itself."""
+    schema = made_by_the_catalog(storage, s3_server)
+    catalog = RestCatalog(settings_for(storage, s3_server))
+    assert catalog.location(schema, "events") is not None  # opened: logged in
+    auth = catalog._rest()._session.auth.auth_manager
+
+    def expire() -> None:
+        auth._token = "expired-token-" + uuid.uuid4().hex  # the catalog answers it 401, as an expired token
+
+    expire()
+    assert catalog.location(schema, "events") is not None
+    assert not auth._token.startswith("expired-token-")  # logged in again
+    expire()
+    fresh = f"rest_{uuid.uuid4().hex[:8]}"
+    with pytest.raises(CatalogRefused) as refused:  # the register itself is refused outside a table bucket ...
+        catalog.register(fresh, "events", storage.url(f"{fresh}/metadata/v1.metadata.json"), TABLE)
+    assert "metadata-location" in str(refused.value) and "401" not in str(refused.value)
+    assert reader(storage, s3_server).namespace_exists(fresh)  # ... after the namespace was made with a new token
+
+
+def test_credentials_in_the_catalogs_url_reach_no_message_or_log_line(storage: Storage, s3_server: S3Server,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    port = free_port()  # nothing listens: every call fails, and each failure is logged and raised
+    settings = settings_for(storage, s3_server, rest_uri=f"http://cat-user:url-password-1@127.0.0.1:{port}/api"
+                                                         "?apikey=url-key-2")
+    with pytest.raises(CatalogUnavailable) as unavailable:
+        TableStore(storage, follow=follow_hook(TABLE_FORMATS, settings)).write("rest_url", "events",
+                                                                               appender(storage, 0))
+    captured = capsys.readouterr()
+    said = str(unavailable.value) + captured.out + captured.err
+    assert f"rest catalog 'fivetran' (http://***@127.0.0.1:{port}/api?apikey=***" in str(unavailable.value)
+    assert "rest catalog 'fivetran'" in captured.out + captured.err  # the warning was logged
+    for secret in ("cat-user", "url-password-1", "url-key-2"):
+        assert secret not in said

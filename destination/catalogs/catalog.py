@@ -3,8 +3,9 @@ mapping Fivetran names to catalog names.
 
 Faults, as the S3 backend answers them: a transient one (the catalog unreachable, a connection reset, a lock
 timeout, throttling) is retried with a bounded backoff and then raised as `CatalogUnavailable` (a write answers gRPC
-UNAVAILABLE: Fivetran retries the request; a read answers from storage without the catalog); wrong credentials or missing permissions are `CatalogRefused` (a Task naming the
-catalog). Neither ever undoes a records commit: the entry is caught up later (follow.py).
+UNAVAILABLE: Fivetran retries the request; a read answers from storage without the catalog); wrong credentials or
+missing permissions are `CatalogRefused` (a Task naming the catalog). Neither ever undoes a records commit: the
+entry is caught up later (follow.py).
 """
 from __future__ import annotations
 
@@ -75,16 +76,21 @@ class DeltaEntries(Protocol):
         """Remove the Delta entry, if there is one and it is ours (marked with `folder`)."""
 
 
-def with_retries(described: str, classify: Callable[[Exception], str | None], action: Callable[[], T]) -> T:
+def with_retries(described: str, classify: Callable[[Exception], str | None], action: Callable[[], T],
+                 hidden: tuple[str, ...] = ()) -> T:
     """`action()`, retried while `classify(error)` says "transient"; "refused" → CatalogRefused; None → raised as
-    it is. A message never carries a credential: the catalog is named by `described`."""
+    it is. A message never carries a credential: the catalog is named by `described`, and each of `hidden` (the
+    secrets a library's message may quote, e.g. from a URL) is shown as `***`."""
     delay = FIRST_BACKOFF_SECONDS
     for attempt in range(1, ATTEMPTS + 1):
         try:
             return action()
         except Exception as exc:
             kind = classify(exc)
-            first_line = scrub(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)[:300]
+            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            for secret in hidden:
+                first_line = first_line.replace(secret, "***")
+            first_line = scrub(first_line)[:300]
             if kind == "refused":
                 raise CatalogRefused(f"the {described} refused the request ({type(exc).__name__}: {first_line}); "
                                      "check the catalog's credentials and permissions") from exc

@@ -49,6 +49,25 @@ def classify(exc: Exception) -> str | None:
     return None
 
 
+def shown_url(uri: str) -> str:
+    """`uri` as messages and logs name it: a user and password in it, and its query's values, as `***`."""
+    shown = uri
+    for secret in url_secrets(uri):
+        shown = shown.replace(secret, "***")
+    return shown
+
+
+def url_secrets(uri: str) -> tuple[str, ...]:
+    """What a URL may hold that is a credential: its user and password, its query's values, longest first (so a
+    value holding another is hidden whole)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(uri)
+    found = [parts.netloc.rsplit("@", 1)[0], parts.username or "", parts.password or ""] if "@" in parts.netloc else []
+    found += [pair.split("=", 1)[1] for pair in parts.query.split("&") if "=" in pair]
+    return tuple(sorted({s for s in found if s}, key=len, reverse=True))
+
+
 def rest_keeps(ch: str) -> bool:
     """A REST catalog names a table by path segments: `.` would nest a namespace (multi-level namespaces), `/` and
     `%` would be read as a path or an escape by some servers; letters, digits, `_`, `-` and `$` are held by every
@@ -63,7 +82,7 @@ class RestCatalog:
 
     def __init__(self, settings: CatalogSettings) -> None:
         self.settings = settings
-        shown = settings.uri + (f", warehouse {settings.warehouse}" if settings.warehouse else "")
+        shown = shown_url(settings.uri) + (f", warehouse {settings.warehouse}" if settings.warehouse else "")
         self.described = f"rest catalog {settings.name!r} ({shown})"
         self._catalog: Any = None
 
@@ -89,7 +108,7 @@ class RestCatalog:
         return self._catalog
 
     def _call(self, action: Any) -> Any:
-        return with_retries(self.described, classify, action)
+        return with_retries(self.described, classify, action, hidden=url_secrets(self.settings.uri))
 
     def _load(self, namespace: str, name: str) -> Any:
         from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
