@@ -518,3 +518,25 @@ def test_the_form_shows_each_kinds_fields_only_when_it_is_chosen_and_credentials
     with pytest.raises(UserActionRequired, match="must include iceberg"):
         check_store_options(settings, store_options({"table_formats": "delta"}, False))
     assert check_store_options(settings, store_options({"retention_versions": "1"}, False)).retention.keep_versions == 2
+
+
+def test_the_catalog_test_leaves_no_connection_open(stub, configuration, postgres_server) -> None:  # type: ignore[no-untyped-def]
+    """Each configuration test opens the catalog, reads an entry and closes what it opened: PostgreSQL's own
+    count of the connections to the catalog's database is back to none once it answered."""
+    import uuid
+
+    import psycopg
+
+    from destination.protocol import common
+
+    name = f"catalog_{uuid.uuid4().hex[:12]}"
+    postgres_server.create_database(name)
+    configuration = {**configuration, "catalog": "sql", "catalog_uri": postgres_server.url(name)}
+    with psycopg.connect(postgres_server.url().replace("postgresql+psycopg", "postgresql"), autocommit=True) as conn:
+        def connections() -> int:
+            row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (name,)).fetchone()
+            return int(row[0]) if row else -1
+
+        for _ in range(3):
+            assert stub.Test(common.TestRequest(name="catalog", configuration=configuration)).success
+            assert connections() == 0

@@ -64,6 +64,9 @@ class Catalog(Protocol):
     def drop(self, namespace: str, name: str) -> None:
         """Remove the entry, if there is one (the table's files are not touched)."""
 
+    def close(self) -> None:
+        """Release what was opened (connections, sessions); a later call opens them again."""
+
 
 class DeltaEntries(Protocol):
     """A catalog that also registers a table's Delta Lake table (Glue). The entry names the folder, not a version,

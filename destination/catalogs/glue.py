@@ -77,6 +77,9 @@ class GlueCatalog:
     def _call(self, action: Any) -> Any:
         return with_retries(self.described, classify, action)
 
+    def close(self) -> None:
+        self._client.close()  # its connection pool; botocore opens a new one at the next call
+
     def _get(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             return dict(self._client.get_table(DatabaseName=namespace, Name=name)["Table"])

@@ -110,6 +110,11 @@ class RestCatalog:
     def _call(self, action: Any) -> Any:
         return with_retries(self.described, classify, action, hidden=url_secrets(self.settings.uri))
 
+    def close(self) -> None:
+        if self._catalog is not None:
+            self._catalog.close()
+            self._catalog = None
+
     def _load(self, namespace: str, name: str) -> Any:
         from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 

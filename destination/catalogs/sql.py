@@ -80,6 +80,11 @@ class SqlCatalog:
     def _call(self, action: Any) -> Any:
         return with_retries(self.described, classify, action)
 
+    def close(self) -> None:
+        if self._catalog is not None:
+            self._catalog.engine.dispose()
+            self._catalog = None
+
     def location(self, namespace: str, name: str) -> str | None:
         from pyiceberg.catalog.sql import IcebergTables
         from sqlalchemy import select

@@ -178,12 +178,16 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         return common.TestResponse(success=True)
 
     def _test_catalog(self, configuration: Any) -> None:
-        """Read an entry of the configured catalog (none: nothing to test)."""
+        """Read an entry of the configured catalog (none: nothing to test), closing what it opened."""
         config = dict(configuration)
         spec = storage_spec(config, self.options)
         settings = catalog_settings(config, spec.s3_region, spec.access_key_id, spec.secret_access_key)
         if settings.on:
-            open_registry(settings).catalog.location("fivetran_probe", "fivetran_probe")
+            catalog = open_registry(settings).catalog
+            try:
+                catalog.location("fivetran_probe", "fivetran_probe")
+            finally:
+                catalog.close()
 
     def _test_storage(self, configuration: Any) -> None:
         """Write, read back and delete a probe object directly under the root, leaving the root as it was found:
