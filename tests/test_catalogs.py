@@ -523,6 +523,7 @@ def test_the_form_shows_each_kinds_fields_only_when_it_is_chosen_and_credentials
 def test_the_catalog_test_leaves_no_connection_open(stub, configuration, postgres_server) -> None:  # type: ignore[no-untyped-def]
     """Each configuration test opens the catalog, reads an entry and closes what it opened: PostgreSQL's own
     count of the connections to the catalog's database is back to none once it answered."""
+    import time
     import uuid
 
     import psycopg
@@ -534,8 +535,14 @@ def test_the_catalog_test_leaves_no_connection_open(stub, configuration, postgre
     configuration = {**configuration, "catalog": "sql", "catalog_uri": postgres_server.url(name)}
     with psycopg.connect(postgres_server.url().replace("postgresql+psycopg", "postgresql"), autocommit=True) as conn:
         def connections() -> int:
-            row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (name,)).fetchone()
-            return int(row[0]) if row else -1
+            """Once a closed connection's backend has ended (it does so shortly after the client closes it)."""
+            deadline = time.monotonic() + 3
+            while True:
+                row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (name,)).fetchone()
+                count = int(row[0]) if row else -1
+                if count == 0 or time.monotonic() > deadline:
+                    return count
+                time.sleep(0.05)
 
         for _ in range(3):
             assert stub.Test(common.TestRequest(name="catalog", configuration=configuration)).success
