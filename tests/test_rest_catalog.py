@@ -336,3 +336,14 @@ def test_credentials_in_the_catalogs_url_reach_no_message_or_log_line(storage: S
     assert "rest catalog 'fivetran'" in captured.out + captured.err  # the warning was logged
     for secret in ("cat-user", "url-password-1", "url-key-2"):
         assert secret not in said
+
+
+def test_close_ends_the_session_and_a_later_call_opens_a_new_one(storage: Storage, s3_server: S3Server) -> None:
+    schema = made_by_the_catalog(storage, s3_server)
+    catalog = RestCatalog(settings_for(storage, s3_server))
+    first = catalog.location(schema, "events")
+    session = catalog._rest()._session
+    assert any(adapter.poolmanager.pools.keys() for adapter in session.adapters.values())  # a pooled connection
+    catalog.close()
+    assert not any(adapter.poolmanager.pools.keys() for adapter in session.adapters.values())  # closed
+    assert catalog.location(schema, "events") == first
