@@ -21,6 +21,7 @@ from destination.catalogs.catalog import CatalogRefused, CatalogUnavailable, For
 from destination.catalogs.catalog_settings import CatalogSettings, catalog_settings
 from destination.catalogs.kinds import follow_hook
 from destination.catalogs.rest import VERSION_PROPERTY, RestCatalog, rest_keeps
+from destination.shared.errors import UserActionRequired
 from destination.shared.on_disk import layout
 from destination.shared.on_disk.datafiles import write_data_file
 from destination.shared.on_disk.options import TABLE_FORMATS
@@ -347,3 +348,10 @@ def test_close_ends_the_session_and_a_later_call_opens_a_new_one(storage: Storag
     catalog.close()
     assert not any(adapter.poolmanager.pools.keys() for adapter in session.adapters.values())  # closed
     assert catalog.location(schema, "events") == first
+
+
+def test_a_malformed_catalog_url_is_refused_without_quoting_it() -> None:
+    """A `rest_uri` without its scheme may still hold a user and password: the refusal names the field, not the value."""
+    with pytest.raises(UserActionRequired) as refused:
+        catalog_settings({"catalog": "rest", "rest_uri": "admin:s3cr3t-pass@catalog.example.com/api"}, "", "", "", "")
+    assert "rest_uri" in str(refused.value) and "s3cr3t" not in str(refused.value)

@@ -96,7 +96,8 @@ def rest_settings(configuration: dict[str, str], name: str, s3: StorageSpec) -> 
     if not uri.startswith(("http://", "https://")):
         raise UserActionRequired(f"configuration field {REST_URI_FIELD!r} must be the Iceberg REST catalog's URL, "
                                  "e.g. https://catalog.example.com/api/catalog (got "
-                                 f"{'nothing' if not uri else repr(uri[:80])})")
+                                 f"{'nothing' if not uri else 'a value not starting with http:// or https://'}; not "
+                                 "quoted: a malformed URL may hold a credential)")
     client_id, secret, token = field(REST_CLIENT_ID_FIELD), field(REST_CLIENT_SECRET_FIELD), field(REST_TOKEN_FIELD)
     if bool(client_id) != bool(secret):
         raise UserActionRequired(f"configuration fields {REST_CLIENT_ID_FIELD!r} and {REST_CLIENT_SECRET_FIELD!r}: "
