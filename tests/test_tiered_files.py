@@ -98,3 +98,15 @@ def test_a_small_file_is_not_merged_into_a_much_larger_neighbour() -> None:
     assert _sync(files, 100_150, 50, 9_000) == 0  # the fourth small file: four of one level, not yet planned
     assert _sync(files, 100_200, 50, 9_000) == 4 * 9_000, "the four small files are merged, the large one is not"
     assert files[0].size == 20 << 20
+
+
+def test_syncs_whose_sizes_straddle_a_level_bound_are_compacted_too() -> None:
+    """Appends alternating just under and just over a level's bound (64 MiB / 4**7 = 4 KiB): no four neighbours
+    share a level, yet the files do not pile up, and the rewrite bound holds for both sizes."""
+    files: list[ModelFile] = []
+    sizes = [4_000, 4_200] * 500
+    rewritten = [_sync(files, s * 50, 50, size) for s, size in enumerate(sizes)]
+    levels = [_level(f.size) for f in files]
+    assert sum(lv > 0 for lv in levels) <= (FAN_IN - 1) * 8 + FAN_IN, levels
+    assert max(n for f in files for n in f.rewrites) <= _level(4_000)
+    assert (sum(rewritten) + sum(sizes)) / sum(sizes) <= _level(4_000) + 1

@@ -11,8 +11,9 @@ A unit is a key range [lo, hi) with the stored files that overlap it. The units 
   and keeps its own part (such units always rewrite their part of the file).
 Files are compacted in size tiers: a file's level is how many times TIER_FAN_IN divides its size below the target
 (level 0: from a quarter of the target up; level 1: a sixteenth to a quarter; ...; at most MAX_LEVEL). When
-TIER_FAN_IN or more neighbouring files share a level of 1 or more (and fit one target file together), one unit
-rewrites them together, whether or not the request touches them, into a file of a lower level. So the many small
+TIER_FAN_IN or more neighbouring small files (level 1 or more, fitting one target file together) reach together a
+lower level than each of them has (TIER_FAN_IN files of one level always do), one unit rewrites them together,
+whether or not the request touches them, into a file of that lower level. So the many small
 files of small syncs are merged geometrically: a row is rewritten by compaction at most MAX_LEVEL times in its life
 (each rewrite lowers its file's level by one at least), never once per sync, and a small sync rewrites only the
 small files that hold its keys; a single append still rewrites no file.
@@ -105,27 +106,38 @@ def level(size: int, target_bytes: int) -> int:
 
 
 def _segments(files: list[DataFile], target_bytes: int) -> list[tuple[tuple[DataFile, ...], bool]]:
-    """Files in key order grouped into segments: (files, compact). A run of at least TIER_FAN_IN neighbours of one
-    level above 0 that fit one target file together is one compacting segment; every other file is a segment of
-    its own. Files of other levels never join a run: a small file is not merged into a much larger neighbour, which
-    would rewrite the larger one for a few rows (the tail of a table of small syncs, rewritten by every sync)."""
+    """Files in key order grouped into segments: (files, compact). A compacting segment is the shortest run from a
+    file of at least TIER_FAN_IN small neighbours (level above 0) that fit one target file and together reach a
+    lower level than each of them has: TIER_FAN_IN files of one level always do; files of two levels side by side
+    (syncs whose sizes straddle a level's bound) do once enough of them lie there, so they never pile up. Every
+    rewrite lowers the level of each row it rewrites, hence the bound; a small file is never merged into a much
+    larger neighbour for a few rows (the tail of a table of small syncs, rewritten by every sync). Every other file
+    is a segment of its own."""
     levels = [level(f.bytes, target_bytes) for f in files]
     segments: list[tuple[tuple[DataFile, ...], bool]] = []
     i = 0
     while i < len(files):
-        size = files[i].bytes
-        j = i + 1
-        while (levels[i] > 0 and j < len(files) and levels[j] == levels[i]
-               and size + files[j].bytes <= target_bytes):
-            size += files[j].bytes
-            j += 1
-        if j - i >= TIER_FAN_IN:
-            segments.append((tuple(files[i:j]), True))
-            i = j
-        else:
+        end = _compaction_end(files, levels, i, target_bytes)
+        if end is None:
             segments.append(((files[i],), False))
             i += 1
+        else:
+            segments.append((tuple(files[i:end]), True))
+            i = end
     return segments
+
+
+def _compaction_end(files: list[DataFile], levels: list[int], start: int, target_bytes: int) -> int | None:
+    """Where the shortest compacting run from `start` ends (see _segments); None: no run starts there."""
+    size, lowest = 0, MAX_LEVEL
+    for j in range(start, len(files)):
+        if levels[j] == 0 or size + files[j].bytes > target_bytes:
+            return None
+        size += files[j].bytes
+        lowest = min(lowest, levels[j])
+        if j + 1 - start >= TIER_FAN_IN and level(size, target_bytes) < lowest:
+            return j + 1
+    return None
 
 
 def _cuts(weights: np.ndarray, per_unit: int) -> list[int]:
