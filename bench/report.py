@@ -88,9 +88,9 @@ def passes(run: Run) -> list[tuple[int, str]]:
 
 def _table(run: Run, scale: int, backend: str) -> list[str]:
     rows = ["| scenario | rows | plaintext MB | seconds | rows/s | peak memory GiB (JVM / Python) | written MB "
-            "| files written / rewritten / in table | rewritten MB (share of table) | pyarrow s | ratio to pyarrow "
-            "| DuckDB s | ratio to DuckDB |",
-            "|---|---:|---:|---:|---:|---|---:|---|---:|---:|---|---:|---|"]
+            "| write amplification | files written / rewritten / in table | rewritten MB (share of table) | pyarrow s "
+            "| ratio to pyarrow | DuckDB s | ratio to DuckDB |",
+            "|---|---:|---:|---:|---:|---|---:|---:|---|---:|---:|---|---:|---|"]
     for m in run.measurements:
         if (m.scale, m.backend) != (scale, backend):
             continue
@@ -100,12 +100,17 @@ def _table(run: Run, scale: int, backend: str) -> list[str]:
         memory = (f"{m.peak_total / GIB:.2f} ({m.peak_jvm / GIB:.2f} / {m.peak_python / GIB:.2f})" if m.peak_total
                   else "(the benchmark's read)")
         rows.append(f"| {m.scenario} | {m.rows:,} | {m.plain_bytes / 1e6:,.0f} | {m.seconds:.1f} | "
-                    f"{m.rows_per_second:,.0f} | {memory} | {m.bytes_written / 1e6:,.0f} | "
+                    f"{m.rows_per_second:,.0f} | {memory} | {m.bytes_written / 1e6:,.0f} | {_amplification(m)} | "
                     f"{m.files_written} / {m.files_rewritten} / {m.files_after} | "
                     f"{m.bytes_rewritten / 1e6:,.1f}{'' if m.target == 'load' else f' ({rewritten_share(m):.1%})'} | "
                     f"{'' if m.baseline_seconds is None else f'{m.baseline_seconds:.1f}'} | {text}{_mark(met)} | "
                     f"{'' if m.duckdb_seconds is None else f'{m.duckdb_seconds:.1f}'} | {duck_text} |")
     return rows
+
+
+def _amplification(m: Measurement) -> str:
+    value = m.write_amplification
+    return "" if value is None else f"{value:.1f}"
 
 
 def _clustered(ms: list[Measurement], where: str, layout: str, judge_stored: bool) -> list[str]:

@@ -34,10 +34,19 @@ class Measurement:
     table_bytes_after: int = 0
     files_after: int = 0
     stored_bytes: int = 0  # everything under the table's folder afterwards (measured where the report needs it)
+    table_rows_after: int = 0
 
     @property
     def rows_per_second(self) -> float:
         return self.rows / self.seconds if self.seconds else 0.0
+
+    @property
+    def write_amplification(self) -> float | None:
+        """Data bytes written over the change's rows as Parquet, those estimated at the table's own stored bytes per
+        row afterwards; None without the figures (a read, or a measurement kept from before they were recorded)."""
+        if not (self.rows and self.table_rows_after and self.table_bytes_after):
+            return None
+        return self.bytes_written / (self.rows * self.table_bytes_after / self.table_rows_after)
 
     @property
     def mb_per_second(self) -> float:

@@ -151,7 +151,8 @@ def measure(p: Pass, group: str, scenario: str, table: str, files_key: str, acti
                     baseline, p.run.baselines.get(p.baseline_key, {}).get(baseline), target, p.scale, group,
                     duckdb_seconds, sum(before_files.values()), sum(before_files[n] for n in rewritten),
                     sum(f.bytes for f in after.files), len(after.files),
-                    stored_bytes(backend.store.storage, backend.store.table_prefix(SCHEMA, table)) if stored else 0)
+                    stored_bytes(backend.store.storage, backend.store.table_prefix(SCHEMA, table)) if stored else 0,
+                    sum(f.rows for f in after.files))
     log(f"{backend.name} {p.scale:,}: {scenario}: {seconds:.1f} s, {m.rows_per_second:,.0f} rows/s, "
         f"peak {peak.total / 2**30:.2f} GiB, rewrote {len(rewritten)} files ({m.bytes_rewritten / 1e6:,.1f} MB)")
     p.run.measurements.append(m)
