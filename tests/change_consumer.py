@@ -200,11 +200,17 @@ def _check_meta(cursor: str | None, operationcount: str | None) -> None:
 
 
 def replay(storage: Storage, schema: str, table: str) -> Replica:
-    """Apply the change directories of versions 1..latest in order."""
+    """Apply the change directories of versions 1..latest in order. A version is committed when its record is in
+    `_log/`, or when it lies before `_log/_pruned.json`'s first record (committed, its record pruned), as
+    docs/reference/on-disk-format.md says."""
     prefix = layout.table_prefix(schema, table)
     replica = Replica()
+    try:
+        first_record = int(json.loads(storage.read_bytes(layout.pruned_log_path(prefix)))["first_record"])
+    except FileNotFoundError:
+        first_record = 1
     version = 1
-    while storage.exists(layout.log_path(prefix, version)):
+    while version < first_record or storage.exists(layout.log_path(prefix, version)):
         directory = layout.changes_dir(prefix, version)
         about = json.loads(storage.read_bytes(f"{directory}/_changes.json"))
         assert about["version"] == version
