@@ -175,7 +175,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.postgres)
         if serve or any(name in names for name in SERVER_FIXTURES):
             item.add_marker(pytest.mark.e2e)
-        elif spark or s3 or postgres:
+        elif spark or s3 or postgres or item.get_closest_marker("integration") is not None:  # or marked by hand
             item.add_marker(pytest.mark.integration)
         else:
             item.add_marker(pytest.mark.unit)

@@ -103,6 +103,7 @@ def count_calls(storage: Storage, monkeypatch: pytest.MonkeyPatch) -> Counter[st
     return counts
 
 
+@pytest.mark.integration  # hundreds of commits: a workload, not the quick tier
 @pytest.mark.parametrize("store_layout", LAYOUTS)
 def test_commit_300_costs_what_commit_30_does_and_the_table_folder_stays_bounded(
         storage: Storage, store_layout: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -151,6 +152,7 @@ def read_records(storage: Storage, version: TableVersion, columns: tuple[str, ..
                       columns=list(columns)) for e in manifest["entries"]])
 
 
+@pytest.mark.integration  # hundreds of commits: a workload, not the quick tier
 def test_readers_read_every_retained_version_after_a_thousand_small_syncs(tmp_path: Any) -> None:
     from destination.shared.storage.opening import open_storage
     from tests.conftest import spec_of
