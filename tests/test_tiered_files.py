@@ -62,7 +62,7 @@ def _sync(files: list[ModelFile], first: int, rows: int, size: int) -> int:
     return rewritten
 
 
-@pytest.mark.parametrize(("syncs", "rows", "size"), [(3000, 50, 9_000), (1500, 500, 90_000)])
+@pytest.mark.parametrize(("syncs", "rows", "size"), [(2000, 50, 9_000), (1000, 500, 90_000)])
 def test_small_appends_rewrite_each_row_a_bounded_number_of_times(syncs: int, rows: int, size: int) -> None:
     files: list[ModelFile] = []
     rewritten = []
