@@ -100,9 +100,7 @@ def create_table(writers: Writers, schema: str, definition: TableDef) -> bool:
     if difference:
         raise UserActionRequired(f"the table already exists with another definition: {difference}. "
                                  "Use AlterTable, or drop the table first")
-    latest = writers.store.load(schema, definition.name)  # its first try may have died before the formats and catalog
-    if latest is not None:
-        _follow_up(writers.store, latest, reading=True)
+    describe_table(writers, schema, definition.name)  # its first try may have died before the formats and catalog
     return False
 
 
