@@ -450,6 +450,54 @@ def test_small_syncs_keep_tiered_files_and_rewrite_each_row_a_bounded_number_of_
     assert rows(iceberg_duckdb(spec, url), columns) == want
 
 
+def test_recent_keys_move_out_of_a_large_file_once_and_later_syncs_rewrite_only_small_files(stub, configuration, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A table loaded at once (one file), then small syncs of new keys and updates and deletes of recent keys: the
+    first sync rewrites the loaded file once, as a large file of the rows it does not touch and a small one from its
+    first key on; every later sync leaves the large file as it is and rewrites a small share of the table."""
+    from tests.lake_readers import delta_rs, rows
+
+    configuration = {**configuration, "target_file_size": "16MiB"}
+    t = table("recent", [("id", "LONG", True), ("v", "STRING"), *SYS])
+    create(stub, configuration, "steady", t)
+    store = TableStore(open_storage(spec_of(configuration)))
+    rng = random.Random(11)
+    model = {k: rng.randbytes(24).hex() for k in range(20_000)}
+    write(stub, configuration, "steady", t, tmp_path, replace=[r(k, v) for k, v in model.items()])
+    loaded = store.load("steady", "recent")
+    assert loaded is not None and len(loaded.files) == 1
+    top = 20_000
+    shares = []
+    for _sync in range(12):
+        live = sorted(model)
+        recent = live[-400:]  # the keys of the last few syncs
+        touched = rng.sample(recent, 30)
+        updated, deleted = touched[:25], touched[25:]
+        new = {top + i: rng.randbytes(24).hex() for i in range(60)}
+        top += 60
+        changed = {k: rng.randbytes(24).hex() for k in updated}
+        before = store.load("steady", "recent")
+        assert before is not None
+        write(stub, configuration, "steady", t, tmp_path, replace=[r(k, v) for k, v in {**new, **changed}.items()],
+              delete=[{"id": str(k), "v": None, "_fivetran_synced": "2024-01-01T00:00:00Z", "_fivetran_deleted": None}
+                      for k in deleted])
+        model.update(new)
+        model.update(changed)
+        for k in deleted:
+            del model[k]
+        after = store.load("steady", "recent")
+        assert after is not None
+        kept = {f.name for f in after.files}
+        rewritten = sum(f.bytes for f in before.files if f.name not in kept)
+        shares.append(rewritten / sum(f.bytes for f in before.files))
+    assert shares[0] > 0.9, shares  # the loaded file, once
+    assert max(shares[1:]) < 0.2, f"later small syncs rewrote large shares of the table: {shares}"
+    assert loaded.files[0].name not in kept
+    columns = ["id", "v"]
+    want = rows([{"id": k, "v": v} for k, v in model.items()], columns)
+    assert rows(rows_of(configuration, "steady", "recent"), columns) == want
+    assert rows(delta_rs(spec_of(configuration), store.storage.url("steady/recent")), columns) == want
+
+
 def test_runs_are_staged_with_lz4_when_the_scratch_disk_lacks_room(stub, configuration, tmp_path, through_spark_tasks,  # type: ignore[no-untyped-def]
                                                                   monkeypatch, capsys) -> None:
     """Sorted runs go uncompressed to a scratch disk with room for them; when the disk's free space is short of

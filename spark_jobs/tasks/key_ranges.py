@@ -21,10 +21,12 @@ from destination.shared.changes.events import pair_changes
 from destination.shared.changes.files import write_events
 from destination.shared.changes.metadata import ChangeFile
 from destination.shared.key_order import (
+    KeyJson,
     count_bounds_below,
     key_columns_of,
     keys_from_json,
     keys_to_json,
+    sort_keys,
     sorted_rows,
     sorted_span,
     within,
@@ -32,6 +34,7 @@ from destination.shared.key_order import (
 from destination.shared.keys import bisected, matched_keys
 from destination.shared.on_disk.datafiles import DataFile, align, read_data_file, write_sorted_files
 from destination.shared.on_disk.locations import file_dir
+from destination.shared.placement import TIER_FAN_IN, sorted_unique
 from destination.shared.records_formats.codec import format_of_name, table_codec
 from destination.shared.storage.base import Storage
 from destination.shared.storage.opening import open_storage
@@ -189,7 +192,8 @@ def merge_range_task(ctx: JobContext, unit: RangeUnit) -> FilesWritten:
         counts["noop_updates"] = paired.noop_updates
         part = write_events(storage, target, table_def, unit.tag, paired.events)
         changes = (part,) if part else ()
-    written = _write(ctx, storage, result.table, kept)
+    head_end = None if unit.compact else _head_end(ctx, result.table, op_keys, rewrite)
+    written = _write(ctx, storage, result.table, kept, [head_end] if head_end is not None else [])
     counts["files_rewritten"] = len(rewrite)
     counts["units"] = 1  # summed over the job: its tasks
     return FilesWritten(new_files=tuple(written), replaced=tuple(f.name for f in rewrite), counts=counts,
@@ -201,19 +205,43 @@ def _no_operations(ctx: JobContext) -> pa.Table:
     return replace_operations(align(pa.table({}), ctx.table), ctx.table)
 
 
-def _write(ctx: JobContext, storage: Storage, rows: pa.Table, kept: Iterable[DataFile]) -> list[DataFile]:
+def _head_end(ctx: JobContext, rows: pa.Table, op_keys: pa.Table, rewrite: list[DataFile]) -> KeyJson | None:
+    """The first key the request reaches in the rewritten files, when the rows before it (rows no operation
+    touched, rewritten only because their file was) are at least as many as the rows from it on and those make a
+    small file (level 1 or more: under a TIER_FAN_IN-th of the target). The head is then written as a file of its
+    own, so the next syncs of recent keys rewrite only the small file after it, not the large one the rows were in
+    (the tail of a table loaded at once, of a file compacted earlier); a file is split this way at most once per
+    sync, and only where the split leaves a small file, so uniform changes and appends write as before. Units that
+    compact small files are not split (their rows are rewritten to be merged)."""
+    if not rewrite or not op_keys.num_rows or rows.num_rows < 2:
+        return None
+    table_def = ctx.table
+    first = op_keys.take(pc.sort_indices(op_keys, sort_keys=sort_keys(table_def, with_start=False))[:1])
+    head = int((count_bounds_below(key_columns_of(rows, table_def), first) == 0).sum())
+    tail = rows.num_rows - head
+    stored_rows, stored_bytes = sum(f.rows for f in rewrite), sum(f.bytes for f in rewrite)
+    tail_bytes = tail * stored_bytes / stored_rows if stored_rows else 0.0
+    if head < tail or not tail or tail_bytes >= ctx.target_file_bytes / TIER_FAN_IN:
+        return None
+    return keys_to_json(first, table_def)[0]
+
+
+def _write(ctx: JobContext, storage: Storage, rows: pa.Table, kept: Iterable[DataFile],
+           cuts: list[KeyJson] | None = None) -> list[DataFile]:
     """`rows` in key order as target-size files, cut where a file left as it is lies between them (files never
-    overlap)."""
+    overlap) and at `cuts` (keys: a file ends before each)."""
     if not rows.num_rows:
         return []
     table_def = ctx.table
     rows = sorted_rows(rows, table_def)
     firsts = [f.first_key for f in kept if f.first_key is not None]
+    if cuts:
+        firsts = sorted_unique([*firsts, *cuts], table_def)
     pieces = [rows]
     if firsts:
         between = count_bounds_below(key_columns_of(rows, table_def), keys_from_json(firsts, table_def))
-        cuts = np.flatnonzero(np.diff(between)) + 1
-        edges = [0, *cuts.tolist(), rows.num_rows]
+        changes = np.flatnonzero(np.diff(between)) + 1
+        edges = [0, *changes.tolist(), rows.num_rows]
         pieces = [rows.slice(a, b - a) for a, b in itertools.pairwise(edges)]
     out: list[DataFile] = []
     for piece in pieces:
