@@ -359,7 +359,7 @@ def floor_sync(files: list[BatchFile], place: baselines.Place, n: int) -> float:
 
 def latency_summary(seconds: list[float]) -> dict[str, float]:
     return {"count": len(seconds), "p50": percentile(seconds, 50), "p95": percentile(seconds, 95),
-            "p99": percentile(seconds, 99)}
+            "p99": percentile(seconds, 99), "seconds": sum(seconds)}
 
 
 # ---- one backend's pass --------------------------------------------------------------------------------------

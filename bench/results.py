@@ -65,6 +65,7 @@ class Run:
     shape: dict[str, Any] = field(default_factory=dict)
     fleet: dict[str, Any] = field(default_factory=dict)  # backend -> the fleet pass's figures (bench/fleet.py)
     soak: dict[str, Any] = field(default_factory=dict)  # backend -> the soak pass's figures (bench/soak.py)
+    steady: dict[str, Any] = field(default_factory=dict)  # backend -> the steady pass's figures (bench/steady.py)
 
 
 def pass_key(backend: str, scale: int) -> str:
@@ -121,7 +122,7 @@ def load_results(paths: list[Path]) -> Run:
             m.scale = m.scale or scales[0]
         runs.append(Run(scales, data.get("started", path.stat().st_mtime), measurements, data["baselines"],
                         data.get("settings", {}), data.get("shape", {}), data.get("fleet", {}),
-                        data.get("soak", {})))
+                        data.get("soak", {}), data.get("steady", {})))
     merged = runs[0]
     for other in runs[1:]:
         merged.scales = sorted(set(merged.scales) | set(other.scales))
@@ -130,10 +131,12 @@ def load_results(paths: list[Path]) -> Run:
         merged.settings.update(other.settings)
         merged.fleet.update(other.fleet)
         merged.soak.update(other.soak)
+        merged.steady.update(other.steady)
     return merged
 
 
 def save(run: Run, path: Path) -> None:
     path.write_text(json.dumps({"scales": run.scales, "started": run.started, "baselines": run.baselines,
                                 "settings": run.settings, "shape": run.shape, "fleet": run.fleet, "soak": run.soak,
+                                "steady": run.steady,
                                 "measurements": [asdict(m) for m in run.measurements]}, indent=1))

@@ -20,10 +20,10 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from bench import baselines, duck, fleet, soak
+from bench import baselines, duck, fleet, soak, steady
 from bench.report import write_into
 from bench.results import Measurement, Run, code_version, load_results, origin, pass_key, save
-from bench.scenarios import FLEET, GROUPS, SECTIONS, SOAK, requested_groups, rows_option, selected_groups
+from bench.scenarios import FLEET, GROUPS, SECTIONS, SOAK, STEADY, requested_groups, rows_option, selected_groups
 from bench.server import Server, create_table, soft_truncate, unknown_fields, write
 from bench.tables import data_file_urls, stored_bytes
 from bench.workload import CLUSTERED_KINDS, STEP_MS, T0_MS, Shape, Workload, clustered_kind, clustered_name
@@ -337,6 +337,16 @@ def run_soak(args: argparse.Namespace, extra: dict[str, str], work: Path) -> dic
         backend, shape, tables, directory, args.duckdb_memory, log))
 
 
+def run_steady(args: argparse.Namespace, extra: dict[str, str], work: Path) -> dict[str, Any]:
+    """The steady group on every backend (bench/steady.py): its three tables and its own server per backend."""
+    shape = steady.SteadyShape(args.steady_small_rows, args.steady_large_rows, args.steady_size_syncs,
+                               args.steady_sync_rows, args.steady_commits, args.steady_small_rows,
+                               args.steady_history_sync_rows, args.steady_phase)
+    tables = steady.prepare(shape, Path(args.cache) / "steady", log)
+    return _per_backend(args, extra, work / "steady", lambda backend, directory: steady.run_backend(
+        backend, shape, tables, directory, args.duckdb_memory, log))
+
+
 def _per_backend(args: argparse.Namespace, extra: dict[str, str], work: Path,
                  run_one: Callable[[Backend, Path], dict[str, Any]]) -> dict[str, Any]:
     """`run_one` on each backend of --backends, in a folder of its own; backend name → its figures."""
@@ -394,6 +404,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="soak: rows of each table's initial load")
     parser.add_argument("--soak-sync-rows", type=int, default=100, help="soak: rows of each sync")
     parser.add_argument("--soak-sample-every", type=int, default=1_000, help="soak: syncs between samples")
+    parser.add_argument("--steady-small-rows", type=lambda t: rows_option(t)[0], default=5_000,
+                        help="steady: rows of the small table and of the history table")
+    parser.add_argument("--steady-large-rows", type=lambda t: rows_option(t)[0], default=200_000,
+                        help="steady: rows of the large table")
+    parser.add_argument("--steady-size-syncs", type=int, default=100, help="steady: syncs of each table of the sizes")
+    parser.add_argument("--steady-sync-rows", type=int, default=200, help="steady: rows of each sync of the sizes")
+    parser.add_argument("--steady-commits", type=int, default=3_000, help="steady: syncs of the history table")
+    parser.add_argument("--steady-history-sync-rows", type=int, default=50, help="steady: rows of each history sync")
+    parser.add_argument("--steady-phase", type=int, default=500, help="steady: history commits per phase")
     parser.add_argument("--layout", help="the `layout` configuration field passed to the server (complete | referencing)")
     parser.add_argument("--target-file-size", help="the `target_file_size` configuration field, e.g. 128MiB")
     parser.add_argument("--catalog", choices=["sql"],
@@ -414,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_results:
         loaded = load_results([Path(p) for p in args.from_results.split(",")])
         measured = {m.group for m in loaded.measurements} | {g for g, r in ((FLEET, loaded.fleet),
-                                                                             (SOAK, loaded.soak)) if r}
+                                                                             (SOAK, loaded.soak), (STEADY, loaded.steady)) if r}
         log(write_into(loaded, requested_groups(measured), Path(args.report or "docs/BENCHMARKS.md")))
         return 0
     groups = selected_groups(args.scenarios)
@@ -438,6 +457,10 @@ def main(argv: list[str] | None = None) -> int:
         if SOAK in groups:
             begun = origin(run)
             run.soak.update({backend: {**r, **begun} for backend, r in run_soak(args, extra, work).items()})
+            save(run, work / "results.json")
+        if STEADY in groups:
+            begun = origin(run)
+            run.steady.update({backend: {**r, **begun} for backend, r in run_steady(args, extra, work).items()})
             save(run, work / "results.json")
         for rows in (args.rows if groups - SECTIONS else []):
             shape = Shape(rows, args.small_rows[0], args.change_fraction, args.clustered_syncs, args.small_syncs,

@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 GROUPS = ("load", "parquet", "parquet_full", "uniform", "new_keys", "truncate", "history", "clustered", "small_syncs",
-          "fleet", "soak")
+          "fleet", "soak", "steady")
 FLEET = "fleet"  # many small syncs across many tables, several calls in flight (bench/fleet.py); no --rows scale
 SOAK = "soak"  # a long run of small syncs, the server's resources sampled as it goes (bench/soak.py); no --rows scale
-SECTIONS = {FLEET, SOAK}  # groups with a report section of their own: a run of these alone writes only theirs
+STEADY = "steady"  # small syncs at two table sizes and over thousands of commits (bench/steady.py); no --rows scale
+SECTIONS = {FLEET, SOAK, STEADY}  # groups with a report section of their own: a run of these alone writes only theirs
 NEEDS = {"uniform": ("load",), "new_keys": ("load", "parquet"), "truncate": ("parquet",), "clustered": ("load",)}
 
 
