@@ -214,6 +214,14 @@ class Level:
     jvm_after: int
     errors: dict[str, int]
     phases: dict[str, dict[str, float]] = field(default_factory=dict)  # phase → mean, median (seconds)
+    bytes_written: float = 0.0  # data bytes the level's syncs wrote (the server's bytes_written counter)
+    table_bytes_per_row: float = 0.0  # the tables' data bytes per row after the level
+
+    @property
+    def write_amplification(self) -> float:
+        """Data bytes written over the syncs' rows at the tables' own bytes per row."""
+        return self.bytes_written / (self.rows * self.table_bytes_per_row) if self.rows and self.table_bytes_per_row \
+            else 0.0
 
     @property
     def calls_per_second(self) -> float:
@@ -228,7 +236,7 @@ class Level:
         del out["latencies"]
         out.update(p50=percentile(self.latencies, 50), p95=percentile(self.latencies, 95),
                    p99=percentile(self.latencies, 99), calls_per_second=self.calls_per_second,
-                   rows_per_second=self.rows_per_second)
+                   rows_per_second=self.rows_per_second, write_amplification=self.write_amplification)
         return out
 
 
@@ -414,7 +422,7 @@ def run_backend(backend: FleetBackend, shape: FleetShape, tables: list[TableSync
 
     work.mkdir(parents=True, exist_ok=True)
     log_path = work / f"server-fleet-{backend.name}.log"
-    server = Server(str(work / "server-root"), log_path)
+    server = Server(str(work / "server-root"), log_path, metrics=True)
     conf, stub = backend.configuration, server.stub
     con = duck.connect(backend.s3_access, work / "duckdb-fleet", duckdb_memory)
     place = backend.place("duckdb-fleet")
@@ -432,6 +440,7 @@ def run_backend(backend: FleetBackend, shape: FleetShape, tables: list[TableSync
             rounds = range(i * shape.rounds, (i + 1) * shape.rounds)
             before = server.memory.now()
             offset = log_path.stat().st_size
+            written = server.counter("bytes_written")
             log(f"{backend.name}: fleet: {in_flight} in flight, rounds {rounds.start + 1}-{rounds.stop}")
             latencies, errors, seconds = run_level(in_flight, tables, rounds, send)
             time.sleep(0.5)  # the server's last log lines
@@ -441,12 +450,14 @@ def run_backend(backend: FleetBackend, shape: FleetShape, tables: list[TableSync
                 spent = phase_summary(log_phases(iter(lines)))
             rows = sum(f.rows for t in tables for r in rounds for f in t.syncs[r])
             level = Level(in_flight, len(latencies), rows, seconds, latencies, before.total, after.total, after.jvm,
-                          dict(errors), spent)
+                          dict(errors), spent, server.counter("bytes_written") - written,
+                          _bytes_per_row(backend, tables))
             summary = level.summary()
             result["levels"].append(summary)
             log(f"{backend.name}: fleet: {in_flight} in flight: p50 {summary['p50'] * 1000:.0f} ms, p95 "
                 f"{summary['p95'] * 1000:.0f} ms, {summary['calls_per_second']:.1f} calls/s, RSS "
-                f"{before.total / 1e6:,.0f} → {after.total / 1e6:,.0f} MB, errors {dict(errors) or 'none'}")
+                f"{before.total / 1e6:,.0f} → {after.total / 1e6:,.0f} MB, write amplification "
+                f"{summary['write_amplification']:.1f}, errors {dict(errors) or 'none'}")
         _baselines(backend, con, place, tables, work, log, result)
         _check_tables(backend, con, place, tables, log, result)
     finally:
@@ -454,6 +465,13 @@ def run_backend(backend: FleetBackend, shape: FleetShape, tables: list[TableSync
         con.close()
         place.remove()
     return result
+
+
+def _bytes_per_row(backend: FleetBackend, tables: list[TableSyncs]) -> float:
+    """The tables' data bytes per row, from their latest versions."""
+    versions = [backend.store.load(SCHEMA, t.name) for t in tables]
+    rows = sum(v.rows for v in versions if v is not None)
+    return sum(f.bytes for v in versions if v is not None for f in v.files) / rows if rows else 0.0
 
 
 def table_model(t: TableSyncs, rounds: int) -> FleetModel:

@@ -375,6 +375,13 @@ def fleet_targets(fleet: dict[str, Any]) -> list[str]:
     return out
 
 
+def _written(level: dict[str, Any]) -> str:
+    """A level's data bytes written and write amplification (not recorded by runs before they were measured)."""
+    if not level.get("bytes_written"):
+        return "not recorded"
+    return f"{level['bytes_written'] / 1e6:,.1f} ({level['write_amplification']:.1f})"
+
+
 def _sequential_rate(duck: dict[str, Any]) -> float:
     """DuckDB's calls/s applying the syncs one after another: its syncs over their summed seconds (runs that
     recorded only percentiles: one over the p50)."""
@@ -385,13 +392,15 @@ def _sequential_rate(duck: dict[str, Any]) -> float:
 
 def _fleet_backend(backend: str, result: dict[str, Any]) -> list[str]:
     tables = result["shape"]["tables"]
-    rows = ["| calls in flight | calls | p50 ms | p95 ms | p99 ms | calls/s | rows/s | server RSS before → after MB "
-            "(JVM after) | errors |", "|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    rows = ["| calls in flight | calls | p50 ms | p95 ms | p99 ms | calls/s | rows/s | data MB written (write "
+            "amplification) | server RSS before → after MB (JVM after) | errors |",
+            "|---:|---:|---:|---:|---:|---:|---:|---|---|---|"]
     for lv in result.get("levels", []):
         errors = ", ".join(f"{k} {v}" for k, v in sorted(lv["errors"].items())) or "none"
         rows.append(f"| {lv['in_flight']} | {lv['calls']:,} | {lv['p50'] * 1000:,.0f} | {lv['p95'] * 1000:,.0f} | "
                     f"{lv['p99'] * 1000:,.0f} | {lv['calls_per_second']:.1f} | {lv['rows_per_second']:,.0f} | "
-                    f"{lv['rss_before'] / 1e6:,.0f} → {lv['rss_after'] / 1e6:,.0f} ({lv['jvm_after'] / 1e6:,.0f}) | "
+                    f"{_written(lv)} | {lv['rss_before'] / 1e6:,.0f} → {lv['rss_after'] / 1e6:,.0f} "
+                    f"({lv['jvm_after'] / 1e6:,.0f}) | "
                     f"{errors} |")
     duck, floor = result.get("duckdb", {}), result.get("floor", {})
     rows += ["", f"Baselines, one sync at a time: DuckDB (merge and rewrite the whole table file) p50 "

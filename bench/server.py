@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,17 +84,32 @@ class MemorySampler:
 
 
 class Server:
-    def __init__(self, root: str, log_path: Path, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(self, root: str, log_path: Path, extra_env: dict[str, str] | None = None,
+                 metrics: bool = False) -> None:
         self.port = free_port()
         env = {**os.environ, **(extra_env or {})}
         self.log = open(log_path, "w")
         command = [sys.executable, "-m", "destination.cli", "serve", "--port", str(self.port), "--root", root]
+        self.metrics_port = free_port() if metrics else None
+        if self.metrics_port is not None:
+            command += ["--metrics-port", str(self.metrics_port)]
         self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}", options=[
             ("grpc.max_send_message_length", MAX_MESSAGE), ("grpc.max_receive_message_length", MAX_MESSAGE)])
         self.stub = sdk_grpc.DestinationConnectorStub(self.channel)
         self._wait_serving()
         self.memory = MemorySampler(self.process.pid)
+
+    def counter(self, name: str) -> float:
+        """A counter of the server's /metrics (`records_destination_<name>_total`), summed over its labels."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        assert self.metrics_port is not None, "the server was started without metrics"
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=30) as answer:
+            text = answer.read().decode()
+        wanted = f"records_destination_{name}_total"
+        return sum(s.value for family in text_string_to_metric_families(text) for s in family.samples
+                   if s.name == wanted)
 
     def _wait_serving(self, timeout: float = 180.0) -> None:
         health = health_pb2_grpc.HealthStub(self.channel)
