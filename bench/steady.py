@@ -104,6 +104,8 @@ def summary(syncs: list[Sync]) -> dict[str, Any]:
     amplification = [s.write_amplification for s in syncs]
     return {"syncs": len(syncs), "p50": fleet.percentile(seconds, 50), "p95": fleet.percentile(seconds, 95),
             "bytes_written_p50": fleet.percentile(written, 50), "bytes_written_max": max(written, default=0),
+            "bytes_written_first": written[0] if written else 0.0,
+            "bytes_written_max_after_first": max(written[1:], default=0.0),
             "write_amplification_p50": fleet.percentile(amplification, 50),
             "write_amplification_max": max(amplification, default=0.0),
             "table_rows": syncs[-1].table_rows if syncs else 0, "table_bytes": syncs[-1].table_bytes if syncs else 0,

@@ -57,3 +57,13 @@ def test_the_section_merges_into_a_report_beside_the_others(tmp_path: Path) -> N
     assert text.count(STEADY_START) == 1 and text.count(STEADY_END) == 1
     assert text.index("fleet") < text.index(STEADY_START) < text.index("## Analysis")
     assert "### Steady state: local (`abc1234`" in text and "| steady_large | 200,000 |" in text
+
+
+def test_a_tables_first_sync_splitting_its_loaded_file_is_named_apart_from_the_bound() -> None:
+    result = _result(0.1, 0.1, 0.2, 0.2, (40, 40))
+    first = [Sync(0.1, 200, 20 * MIB, 20 * MIB, 200_000, None), *_syncs(0.1, MIB, table_rows=200_000)]
+    result["sizes"]["steady_large"] = summary(first)
+    verdict = steady_targets("local", result)[1]
+    assert verdict.endswith("met ✅.") and "1.00 MiB" in verdict and "20.00" in verdict, verdict
+    result["sizes"]["steady_large"] = summary([*first, Sync(0.1, 200, 3 * MIB, 20 * MIB, 200_000, None)])
+    assert steady_targets("local", result)[1].endswith("missed ❌.")
