@@ -4,9 +4,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from destination.shared import logs
 from destination.shared.errors import DestinationError, UserActionRequired
+
+if TYPE_CHECKING:
+    from destination.iceberg_rest.server import IcebergRestOptions
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -23,10 +27,29 @@ def _serve(args: argparse.Namespace) -> int:
     problem = local_root_problem(args.root, must_exist=False) or create_local_root(args.root)
     if problem is not None:
         raise UserActionRequired(f"{problem}: name a directory (created when missing) or s3://bucket/prefix")
+    iceberg_rest = _iceberg_rest_options(args)
     logs.configure_library_logging()
     from destination.rpc.server import serve  # after the checks: its imports (PyArrow, pyiceberg) take seconds
 
-    return serve(options, args.port)
+    return serve(options, args.port, iceberg_rest)
+
+
+def _iceberg_rest_options(args: argparse.Namespace) -> IcebergRestOptions | None:
+    """`--iceberg-rest-*`, checked before any port is taken: the token file read, the TLS files loaded."""
+    others = (args.iceberg_rest_token_file, args.iceberg_rest_tls_cert, args.iceberg_rest_tls_key)
+    if args.iceberg_rest_port is None:
+        if any(o is not None for o in others) or args.iceberg_rest_vend_credentials:
+            raise UserActionRequired("the --iceberg-rest-* options need --iceberg-rest-port (the served catalog is off)")
+        return None
+    from destination.iceberg_rest.server import IcebergRestOptions, read_token, tls_context
+
+    if args.iceberg_rest_token_file is None:
+        raise UserActionRequired("--iceberg-rest-port needs --iceberg-rest-token-file FILE: the catalog answers only "
+                                 "requests with that bearer token")
+    read_token(args.iceberg_rest_token_file)
+    tls_context(args.iceberg_rest_tls_cert, args.iceberg_rest_tls_key)
+    return IcebergRestOptions(args.iceberg_rest_port, args.iceberg_rest_token_file, args.iceberg_rest_tls_cert,
+                              args.iceberg_rest_tls_key, args.iceberg_rest_vend_credentials)
 
 
 def _tester(args: argparse.Namespace) -> int:
@@ -137,6 +160,16 @@ def build_parser() -> argparse.ArgumentParser:
                             "file's catalog (as `formats --catalog`); the formats are caught up either way")
     serve.add_argument("--spark-ui-port", type=port_number,
                        help="turn Spark's own web UI on, on this port (default: off)")
+    serve.add_argument("--iceberg-rest-port", type=port_number,
+                       help="serve the read side of the Iceberg REST catalog API over the tables of --root and of "
+                            "every root requests write to, on this HTTP port (default: off)")
+    serve.add_argument("--iceberg-rest-token-file", metavar="FILE",
+                       help="the bearer token clients of --iceberg-rest-port must send (required with it)")
+    serve.add_argument("--iceberg-rest-tls-cert", metavar="FILE", help="serve it over TLS with this certificate "
+                                                                        "(PEM; with --iceberg-rest-tls-key)")
+    serve.add_argument("--iceberg-rest-tls-key", metavar="FILE", help="the certificate's private key (PEM)")
+    serve.add_argument("--iceberg-rest-vend-credentials", action="store_true",
+                       help="put the S3 root's access key in each table's load answer (default: never)")
     serve.set_defaults(func=_serve)
 
     tester = sub.add_parser("tester", help="drive a server with Fivetran destination-tester input files")

@@ -24,8 +24,9 @@ WRITE = ("destination.write", "destination.store")
 # Delta Lake and Iceberg metadata following the store's commits, and the catalog entries following them
 FORMATS = ("destination.table_formats", "destination.catalogs")
 COMMANDS = ("destination.commands",)
+ICEBERG_REST = ("destination.iceberg_rest",)  # the served Iceberg REST catalog: reads the roots, beside the RPCs
 TESTER = ("destination.tester",)  # a gRPC client
-DRIVER = ENTRY + RPC + PROTOCOL + WRITE + FORMATS + COMMANDS + TESTER
+DRIVER = ENTRY + RPC + PROTOCOL + WRITE + FORMATS + COMMANDS + TESTER + ICEBERG_REST
 BENCH = ("bench",)
 TESTBED = ("testbed",)
 TESTS = ("tests",)
@@ -34,10 +35,12 @@ TESTS = ("tests",)
 RULES = [
     (SHARED, DRIVER + TASKS + BENCH + TESTBED + TESTS, "destination.shared runs in tasks too: it imports no task or driver code"),
     (TASKS, DRIVER + BENCH + TESTBED + TESTS, "spark_jobs runs inside Spark tasks: it imports only destination.shared"),
-    (WRITE, ENTRY + RPC + PROTOCOL + COMMANDS + TESTER + FORMATS + BENCH + TESTBED + TESTS,
+    (WRITE, ENTRY + RPC + PROTOCOL + COMMANDS + TESTER + FORMATS + ICEBERG_REST + BENCH + TESTBED + TESTS,
      "write and store are driver orchestration below the RPC layer; the store is given the formats, not importing them"),
-    (FORMATS, ENTRY + RPC + PROTOCOL + COMMANDS + TESTER + TASKS + ("destination.write",) + BENCH + TESTBED + TESTS,
+    (FORMATS, ENTRY + RPC + PROTOCOL + COMMANDS + TESTER + ICEBERG_REST + TASKS + ("destination.write",) + BENCH + TESTBED + TESTS,
      "the table formats and catalogs follow the store's commits on the driver (they read the store, never the write)"),
+    (ICEBERG_REST, ENTRY + RPC + PROTOCOL + COMMANDS + TESTER + TASKS + ("destination.write",) + BENCH + TESTBED + TESTS,
+     "the served catalog reads the roots' table folders; the RPC layer starts it and tells it of commits"),
     (COMMANDS, ENTRY + RPC + PROTOCOL + TESTER + BENCH + TESTBED + TESTS, "commands read a root without the server"),
     (TESTER, ENTRY + RPC + WRITE + FORMATS + COMMANDS + TASKS + BENCH + TESTBED + TESTS,
      "the tester is a client: it speaks to a server over gRPC"),

@@ -6,6 +6,7 @@ import signal
 import socket
 import threading
 from concurrent import futures
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -23,6 +24,9 @@ from destination.shared import logs
 from destination.shared.settings import ServerOptions
 from destination.shared.storage.opening import open_storage
 from destination.store.table_store import TableStore
+
+if TYPE_CHECKING:
+    from destination.iceberg_rest.server import IcebergRestOptions, IcebergRestServer
 
 MAX_MESSAGE = 128 * 1024 * 1024
 SERVICE_NAME = "fivetran_sdk.v2.DestinationConnector"
@@ -93,6 +97,26 @@ def start_status(options: ServerOptions, service: DestinationService,
     return status, lister
 
 
+def start_iceberg_rest(options: ServerOptions, service: DestinationService,
+                       rest: IcebergRestOptions) -> IcebergRestServer:
+    """The served Iceberg REST catalog over the server's root and every root its requests write to (the service's
+    stores tell its index of each commit and drop)."""
+    from destination.iceberg_rest.server import IcebergRestServer
+    from destination.iceberg_rest.warehouses import Warehouses
+
+    warehouses = Warehouses(open_storage(storage_spec({}, options)), rest.vend_credentials)
+    try:
+        served = IcebergRestServer(warehouses, rest)
+    except OSError as exc:
+        raise SystemExit(f"cannot listen on --iceberg-rest-port {rest.port}: {exc.strerror or exc}; "
+                         "stop the process using it or choose another port") from None
+    service.served = warehouses
+    served.start()
+    vended = "storage credentials vended" if rest.vend_credentials else "no storage credentials vended"
+    logs.info(f"Iceberg REST catalog (read-only, bearer token, {vended}) on {served.scheme}://0.0.0.0:{served.port}/")
+    return served
+
+
 def write_port_file(path: str | None, port: int) -> None:
     """The gRPC port actually listened on, for the Docker HEALTHCHECK (RECORDS_DESTINATION_PORT_FILE)."""
     if not path:
@@ -111,11 +135,12 @@ def _catalog_of(options: ServerOptions) -> CatalogSettings:
     return catalog_from_file(options.catalog_file, storage_spec({}, options)) or CatalogSettings()
 
 
-def serve(options: ServerOptions, port: int) -> int:
+def serve(options: ServerOptions, port: int, iceberg_rest: IcebergRestOptions | None = None) -> int:
     logs.set_process_context(account_name=options.account_name, group_name=options.group_name)
     catalog = _catalog_of(options)  # a bad file stops the start, before the port is taken
     server, health_servicer, service, bound = build_server(options, port)
     status = start_status(options, service, options.metrics_port) if options.metrics_port is not None else None
+    served = start_iceberg_rest(options, service, iceberg_rest) if iceberg_rest is not None else None
     server.start()
     write_port_file(options.port_file, bound)
     logs.info(f"listening on port {bound} (IPv4 and IPv6); tables under {options.root}; starting Spark ({options.spark_master})")
@@ -145,6 +170,8 @@ def serve(options: ServerOptions, port: int) -> int:
     if status is not None:
         status[1].stop()
         status[0].stop()
+    if served is not None:
+        served.stop()
     server.stop(grace).wait()
     logs.info("stopped")
     return 0

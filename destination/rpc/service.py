@@ -14,7 +14,7 @@ import traceback
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -63,6 +63,9 @@ from destination.write.session import get_session, trivial_job
 from destination.write.staging import stages_files
 from destination.write.writers import Writers, writers
 
+if TYPE_CHECKING:
+    from destination.iceberg_rest.warehouses import Warehouses
+
 TARGET_LOCK_SECONDS = 600.0
 
 
@@ -87,6 +90,7 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         self._stores_lock = threading.Lock()
         self._warned_configurations: set[str] = set()
         self.observer = Observer(options)
+        self.served: Warehouses | None = None  # `serve --iceberg-rest-port`: the roots written to are served too
 
     # ---- plumbing ----------------------------------------------------------------------
 
@@ -112,9 +116,13 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         with self._stores_lock:
             store = self._stores.get((spec, stored, catalog))
             if store is None:
+                storage = open_storage(spec)
+                observer, dropped = self.observer.commit_observer(spec.root), None
+                if self.served is not None:  # the served catalog hears of each commit and drop at once
+                    observer, dropped = self.served.watch(storage, observer)
                 store = self._stores[(spec, stored, catalog)] = TableStore(
-                    open_storage(spec), stored.retention, observer=self.observer.commit_observer(spec.root),
-                    layout=stored.layout, copies=SparkCopies(self.spark), follow=follow_hook(stored.formats, catalog))
+                    storage, stored.retention, observer=observer, layout=stored.layout,
+                    copies=SparkCopies(self.spark), follow=follow_hook(stored.formats, catalog), dropped=dropped)
         placement = PlacementSettings(target_file_bytes=file_bytes, scratch=self._scratch())
         return writers(store, self.spark, changes, self.options.small_request_bytes, placement, stored.records)
 

@@ -46,15 +46,18 @@ class TableStore:
     def __init__(self, storage: Storage, retention: Retention | None = None, fault: FaultHook | None = None,
                  claim_lease_seconds: float = CLAIM_LEASE_SECONDS,
                  observer: Callable[[CommitEvent], None] | None = None, *, layout: str = COMPLETE,
-                 copies: Copies | None = None, follow: FollowCommit | None = None) -> None:
+                 copies: Copies | None = None, follow: FollowCommit | None = None,
+                 dropped: Callable[[str, str], None] | None = None) -> None:
         """`layout`: how new versions hold their unchanged files (destination/shared/on_disk/options.py); every
         version is read whichever layout wrote it. `copies`: how a large S3 carry-forward is fanned out (None:
-        this process's thread pool). `follow`: called after each commit, before retention (the table formats)."""
+        this process's thread pool). `follow`: called after each commit, before retention (the table formats).
+        `dropped(schema, table)`: called after a table's files are deleted (the served catalog's index)."""
         if layout not in LAYOUTS:
             raise ValueError(f"unknown layout {layout!r}")
         self.storage = storage
         self._fault = fault or _exit_at_named_step
         self._follow = follow
+        self._dropped = dropped
         self._followed: Follow | None = None
         if follow is not None:
             self._followed = lambda prefix, committed, oldest: follow(self, prefix, committed, oldest)
@@ -128,6 +131,8 @@ class TableStore:
         self.storage.delete_prefix(self.table_prefix(schema, table))
         self._retention.forget(self.table_prefix(schema, table))
         self._reader.forget(self.table_prefix(schema, table))
+        if self._dropped is not None:
+            self._dropped(schema, table)
 
     def follow_up(self, latest: TableVersion) -> None:
         """Run the `follow` hook (and retention) on the latest committed version, as after its commit: a writer

@@ -257,6 +257,12 @@ def _metadata_versions(storage: Storage, prefix: str) -> list[int]:
     return sorted(found)
 
 
+def newest_metadata_version(storage: Storage, prefix: str) -> int | None:
+    """The newest records version with a metadata file (a listing: readers follow the hint instead)."""
+    versions = _metadata_versions(storage, prefix)
+    return versions[-1] if versions else None
+
+
 def _parse_metadata(url: str, body: bytes) -> TableMetadataV2:
     try:
         metadata = TableMetadataUtil.parse_raw(body.decode("utf-8"))
