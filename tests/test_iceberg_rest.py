@@ -344,3 +344,28 @@ def test_the_serve_options_are_checked_before_the_server_starts(tmp_path: Path, 
         err = capsys.readouterr().err
         assert message in err and TOKEN not in err, (extra, err)
     assert os.path.exists(tmp_path / "root")
+
+
+def test_the_guides_python_example_runs_as_written(served: Served, tmp_path: Path) -> None:
+    """docs/guide/catalogs.md's pyiceberg and DuckDB example, its address, token file, root, table and version
+    replaced by the test's: it reads the latest rows and the previous version's."""
+    guide = (Path(__file__).resolve().parent.parent / "docs" / "guide" / "catalogs.md").read_text(encoding="utf-8")
+    section = guide[guide.index("## The destination's own catalog"):]
+    example = section[section.index("```python\n") + len("```python\n"):]
+    example = example[:example.index("```")]
+    root = tmp_path / "root"
+    storage = open_storage(StorageSpec(root=str(root)))
+    store = watched_store(served, storage)
+    store.write("sales", "events", appender(storage, 1))
+    store.write("sales", "events", appender(storage, 10))
+    replaced = {"http://localhost:9181": served.url, "/etc/fivetran/iceberg-token": served.token_file,
+                "'/data'": f"'{root}'", '"/data"': f'"{root}"', "my_schema": "sales", "my_table": "events",
+                "snapshot_id=12": "snapshot_id=1", "VERSION => 12": "VERSION => 1"}
+    for old, new in replaced.items():
+        assert old in example, old
+        example = example.replace(old, new)
+    names: dict[str, Any] = {}
+    exec(compile(example, "docs/guide/catalogs.md", "exec"), names)
+    assert ids_of(names["latest"]) == [1, 2, 3, 10, 11, 12] and ids_of(names["before"]) == [1, 2, 3]
+    assert sorted(r[0] for r in names["rows"]) == [1, 2, 3, 10, 11, 12]
+    assert sorted(r[0] for r in names["rows_before"]) == [1, 2, 3]

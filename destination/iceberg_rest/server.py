@@ -132,7 +132,7 @@ def _read(warehouse: Warehouse, method: str, rest: list[str], query: dict[str, s
     if len(rest) < 2 or rest[0] != "namespaces":
         raise _not_found("NotFoundException", f"path {'/'.join(rest)}")
     namespace = rest[1]
-    schema = _schema_of(warehouse, namespace)
+    schema = _schema_of(warehouse, namespace, listed=len(rest) < 4)  # a table's own read says whether it exists
     if len(rest) == 2:
         return (HTTPStatus.NO_CONTENT, b"") if method == "HEAD" else (HTTPStatus.OK,
                                                                       answers.namespace_answer(namespace))
@@ -150,9 +150,10 @@ def _read(warehouse: Warehouse, method: str, rest: list[str], query: dict[str, s
     raise _not_found("NotFoundException", f"path {'/'.join(rest)}")
 
 
-def _schema_of(warehouse: Warehouse, namespace: str) -> str:
+def _schema_of(warehouse: Warehouse, namespace: str, listed: bool = True) -> str:
+    """The schema a namespace names (`listed`: checked against the root's schemas, a listing)."""
     schema = None if "\x1f" in namespace else fivetran_name(namespace)
-    if schema is None or not warehouse.tables.has_schema(schema):
+    if schema is None or (listed and not warehouse.tables.has_schema(schema)):
         raise _not_found("NoSuchNamespaceException", f"namespace {namespace}")
     return schema
 

@@ -96,8 +96,15 @@ class RootTables:
         return self._names.list_schemas()
 
     def tables(self, schema: str) -> list[str]:
-        """The schema's tables that have Iceberg metadata (one pointer check per table)."""
-        return [t for t in self._names.list_tables(schema) if self.load(schema, t) is not None]
+        """The schema's tables that have Iceberg metadata (a pointer read per table not loaded lately)."""
+        return [t for t in self._names.list_tables(schema) if self._has_pointer(schema, t)]
+
+    def _has_pointer(self, schema: str, table: str) -> bool:
+        with self._lock:
+            entry = self._entries.get((schema, table))
+            if entry is not None and entry.loaded is not None and self._clock() - entry.checked < self._recheck:
+                return True
+        return self._pointer(self._names.table_prefix(schema, table)) is not None
 
     def has_schema(self, schema: str) -> bool:
         return schema in self.schemas()
