@@ -225,6 +225,7 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
             def run(self: DestinationService, request: Any, context: grpc.ServicerContext) -> Any:
                 schema, table = table_of(request)
                 with self.observer.request(name, schema, table) as work, phases.recording() as timing:
+                    context.add_callback(work.cancelled.set)  # a cancelled call's queued Spark work is withdrawn
                     answer = handle(self, request, context, schema, table, timing)
                     work.result = result_of(answer)
                     return answer

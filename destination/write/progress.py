@@ -3,7 +3,8 @@
 which it also hands to `publish` (the status page, the tester's progress bar).
 
 The request's work is found through a context variable: the RPC layer opens `tracked(work)` on the request's
-thread, and `runner._collect` adds each job group it starts with `job_group_started`. Rows are counted inside the
+thread, and `runner._collect` adds each job group it starts with `job_group_started` (a job shared by several
+requests' units: to each of them, `group_started`). Rows are counted inside the
 tasks and reach the driver only with a job's results, so they are in the request's final log line, not in these.
 """
 from __future__ import annotations
@@ -38,6 +39,7 @@ class RequestWork:
     first_job: float | None = None  # when the first Spark job started (monotonic)
     rows: int = 0  # rows read from the batch files, once the write has them (metrics, status page)
     result: str = "error"  # the answer: success | warning | task | error (set when the RPC answers)
+    cancelled: threading.Event = field(default_factory=threading.Event)  # set when the RPC ends (cancelled or not)
 
 
 @dataclass(frozen=True)
@@ -95,9 +97,14 @@ def job_group_started(group: str) -> None:
     """Called by the runner for every Spark job group it starts on the request's thread."""
     work = _current.get()
     if work is not None:
-        work.groups.append(group)
-        if work.first_job is None:
-            work.first_job = time.monotonic()
+        group_started(work, group)
+
+
+def group_started(work: RequestWork, group: str) -> None:
+    """A job group that runs the request's work (started on its thread, or a job its units share: coalescer.py)."""
+    work.groups.append(group)
+    if work.first_job is None:
+        work.first_job = time.monotonic()
 
 
 def read_progress(work: RequestWork, context: SparkContext | None) -> Progress:

@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
@@ -28,6 +28,7 @@ from pyspark.sql import SparkSession
 from destination.shared import phases
 from destination.shared.errors import DestinationError, SparkUnavailable
 from destination.write import metrics, progress
+from destination.write.coalescer import Coalescer, TimedResults, run_coalesced_unit
 from destination.write.session import discard_if_dead
 from spark_jobs.boundary import TaskFailure, map_unit, reduce_partition, run_unit
 from spark_jobs.contracts import JobContext
@@ -71,15 +72,35 @@ def _results(pairs: Iterable[tuple[int, R | TaskFailure]]) -> list[R]:
 
 def run_units(spark: SparkSession, task: Callable[[JobContext, U], R], ctx: JobContext, units: Sequence[U],
               description: str) -> list[R]:
-    """One task per unit (bucket or file); results come back in unit order."""
+    """One task per unit (bucket or file); results come back in unit order. The job may be shared with other
+    requests' units (coalescer.py): their results and failures stay theirs."""
     if not units:
         return []
-    indexed = list(enumerate(units))
     submitted = time.time()
-    timed = _collect(spark, description, lambda sc: sc.parallelize(indexed, numSlices=len(indexed))
-                     .map(partial(_timed_unit, partial(run_unit, task, ctx))).collect())
-    phases.spark_job(submitted, [(start, end) for _pair, start, end in timed], time.time())
-    return _results([pair for pair, _start, _end in timed])
+    run = partial(run_unit, task, ctx)
+    timed: TimedResults
+    if len(units) > COALESCER.max_units:
+        indexed = list(enumerate(units))  # a big job: on its own, as it is
+        timed = [(pair[1], start, end) for pair, start, end in _collect(
+            spark, description, lambda sc: sc.parallelize(indexed, numSlices=len(indexed))
+            .map(partial(_timed_unit, run)).collect())]
+    else:
+        timed = COALESCER.run(spark, run, units, description)
+    phases.spark_job(submitted, [(start, end) for _result, start, end in timed], time.time())
+    return _results(enumerate(result for result, _start, _end in timed))
+
+
+def _run_coalesced_job(spark: SparkSession, description: str, items: list[tuple[int, int, Any]],
+                       runs: list[Callable[[Any], Any]], on_group: Callable[[str], None]) \
+        -> list[tuple[tuple[int, int], Any, float, float]]:
+    """One Spark job of several requests' units, a task each."""
+    rows: list[tuple[tuple[int, int], Any, float, float]] = _collect(
+        spark, description, lambda sc: sc.parallelize(items, numSlices=len(items))
+        .map(partial(run_coalesced_unit, runs)).collect(), on_group=on_group)
+    return rows
+
+
+COALESCER = Coalescer(_run_coalesced_job)
 
 
 def _timed_unit(run: Callable[[T], P], item: T) -> tuple[P, float, float]:
@@ -102,20 +123,22 @@ def run_shuffled(spark: SparkSession, map_task: Callable[[JobContext, U], Iterab
     return _results(pairs)
 
 
-def _collect(spark: SparkSession, description: str, job: Callable[[SparkContext], T]) -> T:
+def _collect(spark: SparkSession, description: str, job: Callable[[SparkContext], T],
+             on_group: Callable[[str], None] = progress.job_group_started) -> T:
     """Run `job` in a job group of its own. When it fails, return only after its other tasks have stopped:
     they may still be writing files into the version the caller is about to clean up (and retry). A job that
     failed because the JVM died is SparkUnavailable (retryable: the next job gets a new session); any other
     failure of Spark itself is SparkJobFailed. Whatever the job's PySpark calls raise once the JVM is gone (a
     refused connection, or an AttributeError on the context the health check has already stopped), including the
-    call that names the job group, counts as the JVM's death when `spark`'s JVM died."""
+    call that names the job group, counts as the JVM's death when `spark`'s JVM died. `on_group` hands the group
+    to the progress of the requests whose units the job runs."""
     sc = spark.sparkContext
     group = uuid.uuid4().hex
     kind = job_kind(description)
     started = time.monotonic()
     try:
         sc.setJobGroup(group, description)
-        progress.job_group_started(group)
+        on_group(group)
         result = job(sc)
         metrics.SPARK_JOB_SECONDS.labels(kind).observe(time.monotonic() - started)
         return result
