@@ -23,6 +23,7 @@ from destination.shared.on_disk import layout
 from destination.shared.storage.base import StorageSpec
 from destination.shared.storage.opening import open_storage
 from destination.store.table_store import TableStore
+from destination.store.versions import PendingVersion
 from destination.write.coalescer import Coalescer
 from destination.write.runner import COALESCER, _run_coalesced_job
 from spark_jobs.boundary import run_unit
@@ -131,7 +132,8 @@ def _version(store: TableStore, name: str) -> int:
 def test_coalesced_requests_fail_cancel_and_retry_on_their_own(stub, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     root = tmp_path / "root"
     configuration = {"root": str(root)}
-    names = ["ok1", "ok2", "ok3", "bad", "cancelled", "again"]
+    names = ["ok1", "ok2", "ok3", "bad", "cancelled", "retried", "again"]
+    waves = names[:6]
     for name in names:
         create(stub, configuration, SCHEMA, table(name, COLUMNS))
     store = TableStore(open_storage(StorageSpec(root=str(root))))
@@ -141,21 +143,27 @@ def test_coalesced_requests_fail_cancel_and_retry_on_their_own(stub, spark, tmp_
     blocked.parent.mkdir(parents=True, exist_ok=True)
     blocked.write_bytes(b"")  # the folder version 2's data files go into is a file: its Spark task fails
     wave = {name: _request(configuration, name, tmp_path, range(10 * i, 10 * i + 8), "wave")
-            for i, name in enumerate(names[:5])}
+            for i, name in enumerate(waves)}
     ctx = _context(tmp_path)
     before = last_job_id(spark)
     with ThreadPoolExecutor(len(names)) as pool:
         with slots_held(COALESCER, spark, ctx, tmp_path / "go"):
             answers = {name: stub.WriteBatch.future(request) for name, request in wave.items()}
-            _eventually(lambda: COALESCER.queued() == 5, "five requests waiting for Spark")
+            _eventually(lambda: COALESCER.queued() == 6, "six requests waiting for Spark, each holding its claim")
             answers["cancelled"].cancel()
-            _eventually(lambda: COALESCER.queued() == 4, "the cancelled request withdrawn")
+            _eventually(lambda: COALESCER.queued() == 5, "the cancelled request withdrawn")
+            # a concurrent writer (lease run out) takes `retried`'s version 2 over and commits it: that request's
+            # commit conflicts after its job, and it redoes its work on version 2, in a later job
+            taker = TableStore(open_storage(StorageSpec(root=str(root))), claim_lease_seconds=0.0)
+            taken = taker.write(SCHEMA, "retried", lambda base, target: PendingVersion(
+                base.table, [], list(base.files), {"kind": "concurrent"}) if base else None)
+            assert taken is not None and taken.version == 2
             resent = pool.submit(stub.WriteBatch, again)
         results = {name: answer.result(timeout=120) for name, answer in answers.items() if name != "cancelled"}
         assert resent.result(timeout=120).WhichOneof("response") == "success"
     after = last_job_id(spark)
     jobs = after - before - 1 - COALESCER.max_running  # besides the holders' jobs
-    assert jobs < 4, f"four requests' Spark work ran in {jobs} jobs"
+    assert jobs < 5, f"five requests' Spark work (one of them twice) ran in {jobs} jobs"
     for name in ("ok1", "ok2", "ok3"):
         assert results[name].WhichOneof("response") == "success", results[name]
         assert _version(store, name) == 2  # CreateTable, then exactly one commit
@@ -165,11 +173,13 @@ def test_coalesced_requests_fail_cancel_and_retry_on_their_own(stub, spark, tmp_
         answers["cancelled"].result()
     assert _version(store, "cancelled") == 1  # withdrawn before its job: nothing of it committed
     assert _version(store, "again") == 2  # the re-sent request was recognised, not written again
+    assert results["retried"].WhichOneof("response") == "success", results["retried"]
+    assert _version(store, "retried") == 3  # the concurrent writer's version, then the request's one commit
     # the client retries the cancelled request: it commits once, as a request of its own
     assert stub.WriteBatch(wave["cancelled"]).WhichOneof("response") == "success"
     assert _version(store, "cancelled") == 2
     expected: dict[str, list[tuple[Any, ...]]] = {
-        name: [(k, "wave") for k in range(10 * i, 10 * i + 8)] for i, name in enumerate(names[:5])}
+        name: [(k, "wave") for k in range(10 * i, 10 * i + 8)] for i, name in enumerate(waves)}
     expected["bad"] = []
     expected["again"] = [(k, "first") for k in range(0, 5)]
     for name in names:
