@@ -5,6 +5,7 @@ Arrow types for the same value (int32 for SHORT, large strings, µs timestamps) 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import math
 from collections.abc import Callable, Iterable
 from decimal import Decimal
@@ -35,22 +36,32 @@ def _extension(module: Any) -> str:
 
 
 def duck(spec: StorageSpec) -> duckdb.DuckDBPyConnection:
-    """DuckDB with PyPI's delta, avro and iceberg extensions (and httpfs plus a secret for an S3 root)."""
+    """DuckDB with PyPI's delta, avro and iceberg extensions (and httpfs plus a secret for an S3 root): a new
+    connection to a database made once per S3 server and keys (loading the extensions takes seconds)."""
+    if not spec.is_s3:
+        return _database(None).cursor()
+    return _database((spec.s3_endpoint, spec.s3_region or "us-east-1", spec.access_key_id,
+                      spec.secret_access_key)).cursor()
+
+
+@functools.cache
+def _database(s3: tuple[str, str, str, str] | None) -> duckdb.DuckDBPyConnection:
+    """Without DuckDB's file cache, each query reads the table's files as they are now, as a new database would."""
     import duckdb_extension_avro
     import duckdb_extension_delta
     import duckdb_extension_httpfs
     import duckdb_extension_iceberg
 
-    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False,
+                                 "enable_external_file_cache": False})
     con.execute("SET TimeZone = 'UTC'")
     for module in (duckdb_extension_delta, duckdb_extension_avro, duckdb_extension_iceberg):
         con.execute(f"LOAD '{_extension(module)}'")
-    if spec.is_s3:
+    if s3 is not None:
+        endpoint, region, key_id, secret = s3
         con.execute(f"LOAD '{_extension(duckdb_extension_httpfs)}'")
-        endpoint = urlparse(spec.s3_endpoint)
         con.execute("CREATE SECRET s3 (TYPE s3, KEY_ID ?, SECRET ?, ENDPOINT ?, URL_STYLE 'path', USE_SSL false, "
-                    "REGION ?)", [spec.access_key_id, spec.secret_access_key, endpoint.netloc,
-                                  spec.s3_region or "us-east-1"])
+                    "REGION ?)", [key_id, secret, urlparse(endpoint).netloc, region])
     return con
 
 
