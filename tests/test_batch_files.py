@@ -232,10 +232,11 @@ def _big_file(path: Path, n: int) -> int:
 
 
 def test_large_file_decodes_in_bounded_memory(tmp_path: Path) -> None:
-    """≥100 MB batch files stream through the decoder: memory is reported, stays far below the file
-    size, and does not grow with it (the same decode of a file twice as large needs about as much)."""
+    """A 100 MB batch file (the largest the protocol sends) streams through the decoder: memory is reported, stays
+    far below the file size, and does not grow with it (the same decode of a file half as large needs about as
+    much; decoded whole, as one block, each of these bounds fails)."""
     results = []
-    for n in (1_100_000, 2_200_000):
+    for n in (550_000, 1_100_000):
         path = tmp_path / f"big{n}.csv.zstd.aes"
         size = _big_file(path, n)
         out = subprocess.run([sys.executable, "-c", _DECODE_AND_MEASURE, str(path)], capture_output=True, text=True,
@@ -248,7 +249,7 @@ def test_large_file_decodes_in_bounded_memory(tmp_path: Path) -> None:
         results.append((size, float(rss_growth), float(arrow_peak)))
         path.unlink()
     (small, small_rss, small_arrow), (large, large_rss, large_arrow) = results
-    assert small >= 100_000_000
+    assert large >= 100_000_000 and large > 1.9 * small  # twice the bytes: a decode that grew with them shows it
     assert large_arrow < 8 * CSV_BLOCK / 1e6 and large_arrow <= small_arrow * 1.5  # a few blocks, whatever the file
     assert large_rss < small_rss * 1.5 + 20, "peak memory grew with the file size"
     assert large_rss < large / 1e6, "decoding held as much as the whole file"
