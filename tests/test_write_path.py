@@ -206,6 +206,9 @@ def _big_csv(path: Path, ids: np.ndarray, value: str) -> Path:
     return path
 
 
+# which files a change rewrites is the planner's choice, the same on either backend: local only (on S3, compaction is
+# test_many_small_syncs_are_compacted_into_files_near_the_target's s3 case)
+@pytest.mark.parametrize("configuration", ["local"], indirect=True)
 def test_cost_follows_a_clustered_change_on_a_million_rows(stub, configuration, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Keys that grow: appending new keys rewrites no file, and updating or deleting recent keys rewrites only the
     files holding them; the files stay sorted, non-overlapping ranges of about the target size."""
@@ -403,6 +406,10 @@ def _tier(size: int, target: int) -> int:
     return next((k for k in range(8) if size >= target / 4 ** (k + 1)), 8)
 
 
+# the tiers are the planner's, the same on either backend: local only (on S3, compaction is
+# test_many_small_syncs_are_compacted_into_files_near_the_target's s3 case, retention retiring a version at every
+# commit tests/test_log_pruning.py's s3 cases, delta-rs and DuckDB reading tests/test_table_formats.py's)
+@pytest.mark.parametrize("configuration", ["local"], indirect=True)
 def test_small_syncs_keep_tiered_files_and_rewrite_each_row_a_bounded_number_of_times(stub, configuration, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Appends of 100 random-text rows with retention retiring a version every commit: each row's file is rewritten
     by compaction at most once per level below its first file's (the tiers' promise), the largest files are never
