@@ -91,6 +91,9 @@ def write_and_check(stub: Any, configuration: dict[str, str], tmp_path: Path, ki
         del rows, expected, stored
 
 
+# each decode path in both formats, on one backend at least: the driver's on the local one, the tasks' on S3, the
+# staged copy's on both (a copy staged in the table's storage: a local folder or S3)
+@pytest.mark.parametrize("configuration", ["local"], indirect=True)
 @pytest.mark.parametrize("kind", ["csv", "parquet"])
 def test_large_values_decoded_on_the_driver(stub, configuration, tmp_path, kind, capsys) -> None:  # type: ignore[no-untyped-def]
     """Files small enough for the driver path whose rows decode to more than the driver passes through the Spark
@@ -99,6 +102,7 @@ def test_large_values_decoded_on_the_driver(stub, configuration, tmp_path, kind,
     assert capsys.readouterr().out.count("decoding them in Spark tasks instead") == 3  # one per large column
 
 
+@pytest.mark.parametrize("configuration", ["s3"], indirect=True)
 @pytest.mark.parametrize("kind", ["csv", "parquet"])
 def test_large_values_decoded_in_spark_tasks(stub, configuration, tmp_path, kind, through_spark_tasks) -> None:  # type: ignore[no-untyped-def]
     write_and_check(stub, configuration, tmp_path, kind)
