@@ -110,18 +110,23 @@ class GlueCatalog:
                 "StorageDescriptor": {"Location": folder, "Columns": glue_columns(table)}}
 
     def register(self, namespace: str, name: str, location: str, table: TableDef) -> None:
+        self._create(namespace, self._input(name, location, None, table), "ICEBERG")
+
+    def _create(self, database: str, entry: dict[str, Any], kind: str, folder: str | None = None) -> None:
+        """`entry` created in `database` (created first if absent); an entry of its name there already (registered
+        meanwhile: the caller reads it again) must be of `kind` (and, given `folder`, marked with it)."""
         client = self._client
 
-        def register() -> None:
+        def create() -> None:
             try:
-                client.create_database(DatabaseInput={"Name": namespace})
+                client.create_database(DatabaseInput={"Name": database})
             except client.exceptions.AlreadyExistsException:
                 pass
             try:
-                client.create_table(DatabaseName=namespace, TableInput=self._input(name, location, None, table))
-            except client.exceptions.AlreadyExistsException:  # registered meanwhile: the caller reads it again
-                self._check_kind(namespace, name, "ICEBERG")
-        self._call(register)
+                client.create_table(DatabaseName=database, TableInput=entry)
+            except client.exceptions.AlreadyExistsException:
+                self._check_kind(database, entry["Name"], kind, folder)
+        self._call(create)
 
     def _check_kind(self, namespace: str, name: str, kind: str, folder: str | None = None) -> None:
         """A table of the name is of `kind` (and, given `folder`, marked with it), else a Task naming it."""
@@ -136,24 +141,13 @@ class GlueCatalog:
 
     def register_delta(self, namespace: str, name: str, folder: str) -> None:
         """The Delta table's entry (in `<namespace>_delta`), unless it is there."""
-        client = self._client
         database = namespace + DELTA_DATABASE_SUFFIX
         entry = {"Name": name, "TableType": "EXTERNAL_TABLE",
                  "Parameters": {"table_type": "DELTA", "EXTERNAL": "TRUE", "spark.sql.sources.provider": "delta",
                                 MARK_PROPERTY: folder},
                  "StorageDescriptor": {"Location": folder, "Columns": [],
                                        "SerdeInfo": {"Parameters": {"path": folder}}}}
-
-        def register() -> None:
-            try:
-                client.create_database(DatabaseInput={"Name": database})
-            except client.exceptions.AlreadyExistsException:
-                pass
-            try:
-                client.create_table(DatabaseName=database, TableInput=entry)
-            except client.exceptions.AlreadyExistsException:
-                self._check_kind(database, name, "DELTA", folder)
-        self._call(register)
+        self._create(database, entry, "DELTA", folder)
 
     def drop_delta(self, namespace: str, name: str, folder: str) -> None:
         database = namespace + DELTA_DATABASE_SUFFIX
