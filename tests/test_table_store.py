@@ -141,27 +141,27 @@ def test_retention_keeps_recent_versions_and_readers_of_old_ones(storage: Storag
     assert validate_version(storage, latest.directory) == []
 
 
-def test_a_write_hands_back_the_result_of_the_produce_call_it_committed(storage: Storage) -> None:
-    """A try whose commit fails is redone, calling `produce` again: the result handed back is the committed call's,
-    and with nothing to commit it is the result of the call that said so."""
+def test_an_attempt_whose_commit_conflicts_begins_again_on_a_fresh_base(storage: Storage) -> None:
+    """A try whose commit fails commits nothing and says so (None); the write begins again after it, and commits on
+    the same base; an attempt with nothing to commit is abandoned, leaving its claim to no one."""
     store = TableStore(storage)
     store.write(SCHEMA, "events", appender(storage, 1))
-    tries: list[int] = []
-
-    def produce(base: TableVersion | None, target: VersionTarget) -> tuple[PendingVersion, str]:
-        assert base is not None
-        tries.append(base.version)
-        pending = appender(storage, 10 * len(tries))(base, target)
-        if len(tries) == 1:  # a file the version lists is missing at commit: nothing is committed, the write redone
-            pending.new_files = [replace(f, name="gone.parquet") for f in pending.new_files]
-        return pending, f"try {len(tries)} on version {base.version}"
-
-    committed, result = store.write_with_result(SCHEMA, "events", produce)
-    assert tries == [1, 1]
-    assert committed is not None and committed.version == 2 and result == "try 2 on version 1"
+    first = store.begin(SCHEMA, "events")
+    assert first.base is not None and first.base.version == 1 and first.target.version == 2
+    pending = appender(storage, 10)(first.base, first.target)
+    # a file the version lists is missing at commit: nothing is committed, the write begins again
+    pending.new_files = [replace(f, name="gone.parquet") for f in pending.new_files]
+    assert store.commit(first, pending) is None
+    assert len(first.conflicts) == 1 and store.load(SCHEMA, "events").version == 1  # type: ignore[union-attr]
+    second = store.begin(SCHEMA, "events", after=first)
+    assert second.base is not None and second.base.version == 1 and second.target.version == 2
+    committed = store.commit(second, appender(storage, 20)(second.base, second.target))
+    assert committed is not None and committed.version == 2
     assert ids(store, committed) == [1, 2, 3, 20, 21, 22]
-    latest, nothing = store.write_with_result(SCHEMA, "events", lambda base, target: (None, "nothing to do"))
-    assert latest is not None and latest.version == 2 and nothing == "nothing to do"
+    nothing = store.begin(SCHEMA, "events")
+    store.abandon(nothing)
+    prefix = store.table_prefix(SCHEMA, "events")
+    assert not storage.exists(layout.claim_path(prefix, 3)) and store.load(SCHEMA, "events") == committed
 
 
 def test_a_leftover_claimed_version_is_cleared_by_the_next_writer(storage: Storage) -> None:
@@ -400,12 +400,11 @@ def test_a_write_builds_on_the_version_its_request_checked_until_another_writer_
     prefix = mine.table_prefix(SCHEMA, "events")
     bases: list[int] = []
 
-    def recording(first_id: int):  # type: ignore[no-untyped-def]
-        def produce(base: TableVersion | None, target: VersionTarget) -> tuple[PendingVersion, None]:
-            assert base is not None
-            bases.append(base.version)
-            return appender(storage, first_id)(base, target), None
-        return produce
+    def recording(first_id: int, checked: TableVersion | None) -> TableVersion | None:
+        attempt = mine.begin(SCHEMA, "events", checked=checked)
+        assert attempt.base is not None
+        bases.append(attempt.base.version)
+        return mine.commit(attempt, appender(storage, first_id)(attempt.base, attempt.target))
 
     checked = mine.load(SCHEMA, "events")
     assert checked is not None and checked.version == 2
@@ -414,7 +413,7 @@ def test_a_write_builds_on_the_version_its_request_checked_until_another_writer_
         for name in ("read_bytes", "exists", "list_recursive"):
             real = getattr(storage, name)
             spied.setattr(storage, name, lambda path, *a, _real=real, **k: (reads.append(path), _real(path, *a, **k))[1])
-        committed, _ = mine.write_with_result(SCHEMA, "events", recording(10), checked=checked)
+        committed = recording(10, checked)
     assert committed is not None and committed.version == 3 and bases == [2]
     assert reads.count(layout.latest_path(prefix)) == 1  # beside the claim
     assert reads.count(layout.log_path(prefix, 3)) == 1  # the claim's own check: no stepping forward before it
@@ -422,7 +421,7 @@ def test_a_write_builds_on_the_version_its_request_checked_until_another_writer_
 
     checked = mine.load(SCHEMA, "events")
     other.write(SCHEMA, "events", appender(storage, 100))  # version 4, by another writer, after the request's check
-    committed, _ = mine.write_with_result(SCHEMA, "events", recording(20), checked=checked)
+    committed = recording(20, checked)
     assert committed is not None and committed.version == 5 and bases == [2, 4]
     assert events[-1].conflicts == 0 and events[-1].attempts == 1
     assert ids(mine, committed) == [1, 2, 3, 10, 11, 12, 20, 21, 22, 100, 101, 102]
@@ -432,7 +431,7 @@ def test_a_write_builds_on_the_version_its_request_checked_until_another_writer_
     other.drop(SCHEMA, "events")  # made again by another writer, up to a lower version: no claim or record at 6
     other.write(SCHEMA, "events", lambda base, target: PendingVersion(TABLE, [], [], {"kind": "create"}))
     other.write(SCHEMA, "events", appender(storage, 200))
-    committed, _ = mine.write_with_result(SCHEMA, "events", recording(30), checked=checked)
+    committed = recording(30, checked)
     assert committed is not None and committed.version == 3 and bases == [2, 4, 2]
     assert events[-1].conflicts == 0
     assert ids(mine, committed) == [30, 31, 32, 200, 201, 202]

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
-from typing import TypeVar
 
 from destination.shared import field_ids, logs, phases
 from destination.shared.changes.metadata import ChangeSet
@@ -46,7 +46,7 @@ from destination.store.retention import VersionRetention
 from destination.store.table_names import TableNames
 from destination.store.versions import (
     SHOWN_MISSING,
-    AlreadyApplied,
+    Attempt,
     ClaimRefused,
     CommitEvent,
     FaultHook,
@@ -65,16 +65,14 @@ HOUSEKEEPING_THREADS = 8  # a commit's hint and claim clean-ups at once, for all
 RECENT_BATCHES = 20  # batch ids remembered per table to recognise a retried request
 RECHECK_AFTER_SECONDS = 1.0  # the claim is checked again before the metadata when the files took longer than this
 
-R = TypeVar("R")
 Produce = Callable[[TableVersion | None, VersionTarget], PendingVersion | None]
-# a `produce` that also returns a result of its own (its job's counts and timings), handed back with the version
-ProduceWithResult = Callable[[TableVersion | None, VersionTarget], tuple[PendingVersion | None, R]]
 Follow = Callable[[str, TableVersion, int], bool]  # FollowCommit, given the store
 
 
 class Committer:
-    """Writes a table's versions through the commit protocol: claim, the caller's files, carry-forward, metadata,
-    commit record, then what follows it (`AfterCommit`)."""
+    """Writes a table's versions through the commit protocol: an attempt claims the next version on its base
+    (`begin`), the writer fills it, and `commit` writes carry-forward, metadata, the commit record, then what follows
+    it (`AfterCommit`); `abandon` undoes an attempt that commits nothing."""
 
     def __init__(self, storage: Storage, names: TableNames, reader: VersionReader, claims: Claims,
                  retention: VersionRetention, carry_forward: CarryForward, *, fault: FaultHook,
@@ -89,26 +87,82 @@ class Committer:
         self._observer = observer
         self._after = AfterCommit(storage, claims, retention, fault=fault, follow=follow)
 
-    def write(self, schema: str, table: str,
-              produce: Produce, *, batch: RequestIdentity | None = None) -> TableVersion | None:
-        """Run `produce(base, target)` and commit what it returns as the next version.
+    def begin(self, schema: str, table: str, *, checked: TableVersion | None = None,
+              after: Attempt | None = None) -> Attempt:
+        """An attempt at the table's next version, claimed, its base loaded (IncompleteVersion if the latest
+        committed version lacks files). `after`: the previous attempt of this write, whose commit conflicted
+        (CommitConflict once MAX_ATTEMPTS have); `checked`: the table's latest version as the caller loaded it
+        during this request (`_begin`)."""
+        return self._begin(schema, table, self._reader.load_version, checked, after)
 
-        `produce` writes its new data files into target.directory (and any change files into
-        target.changes_directory) and returns the pending version, or None when there is nothing
-        to change. It is called again on a fresh base if another writer commits first. Raises
-        AlreadyApplied for a `batch` committed before; IncompleteVersion if the latest committed version lacks files.
-        """
-        committed, _ = self.write_with_result(schema, table, lambda base, target: (produce(base, target), None),
-                                              batch=batch)
+    def commit(self, attempt: Attempt, pending: PendingVersion, batch: RequestIdentity | None = None) -> TableVersion | None:
+        """Commit `pending` (its data files in attempt.target.directory, its change files completed) as the
+        attempt's version, recording `batch`'s identity; None: another writer committed first or took the claim
+        over, nothing was committed and the attempt is abandoned (the write begins again `after` it). What follows
+        the commit record (`_latest`, formats, retention) runs before it returns; a failure there is raised with the
+        version committed."""
+        schema, prefix, base, target = attempt.schema, attempt.prefix, attempt.base, attempt.target
+        with self.held(attempt):
+            try:
+                self._fault("after_data_files")
+                with phases.timed("commit"):
+                    committed = self._commit(schema, prefix, base, target.version, attempt.claim, pending,
+                                             batch.value if batch is not None else None, target.timestamp)
+            except CommitConflict as conflict:  # nothing committed: the write begins again on a fresh base
+                self._abandon(prefix, target.version, attempt.claim)
+                attempt.conflicts.append(conflict)
+                return None
+        try:
+            with phases.timed("commit"):
+                self._after.finish(prefix, committed)
+        except Exception as exc:  # a catalog fault after the commit: the version stands, reported below
+            followed: Exception | None = exc
+        else:
+            followed = None
+        carried = {f.name for f in pending.carried}
+        written = tuple(f for f in committed.files if f.name not in carried)
+        self._observer(CommitEvent(schema, attempt.table, committed, written,
+                                   sum(1 for f in base.files if f.name not in carried) if base else 0,
+                                   len(attempt.conflicts) + 1, len(attempt.conflicts)))
+        if followed is not None:
+            raise followed
         return committed
 
-    def write_with_result(self, schema: str, table: str, produce: ProduceWithResult[R], *,
-                          batch: RequestIdentity | None = None,
-                          checked: TableVersion | None = None) -> tuple[TableVersion | None, R]:
-        """`write` for a `produce` that also returns a result: handed back with the version, from the call that
-        made it (a conflict calls `produce` again on a new base). `checked`: the table's latest version as the
-        caller loaded it during this request (`_write`)."""
-        return self._write(schema, table, produce, batch, self._reader.load_version, checked)
+    def abandon(self, attempt: Attempt) -> None:
+        """Undo an attempt that commits nothing (the writer found nothing to change, or gave up)."""
+        self._abandon(attempt.prefix, attempt.target.version, attempt.claim)
+
+    @contextmanager
+    def held(self, attempt: Attempt) -> Iterator[None]:
+        """The writer's work on an attempt: an exception abandons it (a thread pool refusing work as the process
+        exits becomes WriteAbandoned)."""
+        try:
+            yield
+        except RuntimeError as exc:  # a thread pool of the write (CSV read-ahead, ...) refused work at exit
+            self.abandon(attempt)
+            abandoned = _abandoned_by_shutdown(exc)
+            if abandoned is None:
+                raise
+            raise abandoned from None
+        except Exception:
+            self.abandon(attempt)
+            raise
+
+    def write(self, schema: str, table: str, produce: Produce) -> TableVersion | None:
+        """Run `produce(base, target)` on an attempt and commit what it returns (None: nothing to change, the
+        latest version is returned), beginning again after a conflict: for writes of one step (definitions, copies,
+        tests); a request's merge takes the steps itself (destination/write/table_writes.py)."""
+        attempt = self.begin(schema, table)
+        while True:
+            with self.held(attempt):
+                pending = produce(attempt.base, attempt.target)
+            if pending is None:
+                self.abandon(attempt)
+                return attempt.base
+            committed = self.commit(attempt, pending)
+            if committed is not None:
+                return committed
+            attempt = self.begin(schema, table, after=attempt)
 
     def repair(self, schema: str, table: str) -> Repair | None:
         """When the latest committed version is incomplete, commit the newest complete version's files (and
@@ -125,32 +179,33 @@ class Committer:
         if self._reader.last_complete(schema, table, latest) is None:
             raise UserActionRequired(f"no committed version of {schema}.{table} is complete: nothing to restore; "
                                      f"drop the table (delete its directory) and re-sync it")
-        def restore(base: TableVersion | None, target: VersionTarget) -> tuple[PendingVersion, int]:
-            assert base is not None
-            return PendingVersion(base.table, [], list(base.files), {
-                "kind": "repair", "restored_version": base.version,
-                "incomplete_versions": list(range(base.version + 1, target.version))}), base.version
+        attempt = self._begin(schema, table, self._reader.last_complete, None, None)
+        while True:
+            restored = attempt.base
+            assert restored is not None
+            committed = self.commit(attempt, PendingVersion(restored.table, [], list(restored.files), {
+                "kind": "repair", "restored_version": restored.version,
+                "incomplete_versions": list(range(restored.version + 1, attempt.target.version))}))
+            if committed is not None:
+                return Repair(tuple(range(restored.version + 1, committed.version)), restored.version,
+                              committed.version)
+            attempt = self._begin(schema, table, self._reader.last_complete, None, attempt)
 
-        committed, restored = self._write(schema, table, restore, None, self._reader.last_complete, None)
-        assert committed is not None
-        return Repair(tuple(range(restored + 1, committed.version)), restored, committed.version)
+    def _begin(self, schema: str, table: str, load_base: Callable[[str, str, int], TableVersion | None],
+               checked: TableVersion | None, after: Attempt | None) -> Attempt:
+        """Claim the version after the latest and load its base with `load_base(schema, table, n)`.
 
-    def _write(self, schema: str, table: str,
-               produce: ProduceWithResult[R], batch: RequestIdentity | None,
-               load_base: Callable[[str, str, int], TableVersion | None],
-               checked: TableVersion | None) -> tuple[TableVersion | None, R]:
-        """The commit protocol around `produce`; `load_base(schema, table, n)` reads the base version.
-
-        `checked`, the latest version the caller loaded during this request (its files listed then), is the first
-        attempt's base while the reader still keeps it as the table's latest and `_latest`, read beside the claim,
-        still names it (number and commit time: the table dropped and made again elsewhere names another): no
-        stepping through the log and no second listing, and on S3 one round trip for the check instead of three.
-        The claim on the version after it finds a commit made since. Either sends the attempt back to a fresh
-        read; that is not a conflict."""
+        `checked`, the latest version the caller loaded during this request (its files listed then), is the
+        base while the reader still keeps it as the table's latest and `_latest`, read beside the claim, still
+        names it (number and commit time: the table dropped and made again elsewhere names another): no stepping
+        through the log and no second listing, and on S3 one round trip for the check instead of three. The claim
+        on the version after it finds a commit made since. Either sends the claim back to a fresh read; that is not
+        a conflict. A claim held by another live writer is waited for, up to CLAIM_WAIT_SECONDS for the write."""
         prefix = self._names.table_prefix(schema, table)
-        self._names.keep_full_names(schema, table, prefix)
-        deadline = time.monotonic() + CLAIM_WAIT_SECONDS
-        conflicts: list[CommitConflict] = []
+        if after is None:
+            self._names.keep_full_names(schema, table, prefix)
+        conflicts = after.conflicts if after is not None else []
+        deadline = after.deadline if after is not None else time.monotonic() + CLAIM_WAIT_SECONDS
         known = checked if checked is not None and self._reader.is_latest_known(checked) else None
         while len(conflicts) < MAX_ATTEMPTS:
             base_n = known.version if known is not None else self._reader.latest_version_number(prefix)
@@ -162,7 +217,7 @@ class Committer:
                     self._abandon(prefix, target, claim)
                 known = None
                 continue
-            if claim is ClaimRefused.COMMITTED:  # version taken by a commit: redo on the new base
+            if claim is ClaimRefused.COMMITTED:  # version taken by a commit: begin again on the new base
                 conflicts.append(CommitConflict(f"version {target} was committed by another writer"))
                 continue
             if claim is ClaimRefused.BUSY:  # another live writer is preparing it
@@ -170,50 +225,12 @@ class Committer:
                     raise CommitConflict(f"{prefix!r}: another writer has been preparing version {target} for too long")
                 time.sleep(0.2)
                 continue
-            try:
-                with phases.timed("load"):
-                    base = known if known is not None else load_base(schema, table, base_n) if base_n else None
-                known = None  # a conflict below: the next attempt reads afresh
-                if batch is not None and base is not None and batch.seen_in(base.recent_batches):
-                    raise AlreadyApplied(base.version)
-                spot = VersionTarget(target, layout.version_dir(prefix, target), layout.changes_dir(prefix, target),
-                                     time.time())
-                pending, result = produce(base, spot)
-                if pending is None:
-                    self._abandon(prefix, target, claim)
-                    return base, result
-                self._fault("after_data_files")
-                with phases.timed("commit"):
-                    committed = self._commit(schema, prefix, base, target, claim, pending,
-                                             batch.value if batch is not None else None, spot.timestamp)
-            except CommitConflict as conflict:  # nothing committed: redo on a fresh base
-                self._abandon(prefix, target, claim)
-                conflicts.append(conflict)
-                continue
-            except RuntimeError as exc:  # a thread pool of the write (CSV read-ahead, ...) refused work at exit
-                self._abandon(prefix, target, claim)
-                abandoned = _abandoned_by_shutdown(exc)
-                if abandoned is None:
-                    raise
-                raise abandoned from None
-            except Exception:  # AlreadyApplied included: nothing to commit
-                self._abandon(prefix, target, claim)
-                raise
-            try:
-                with phases.timed("commit"):
-                    self._after.finish(prefix, committed)
-            except Exception as exc:  # a catalog fault after the commit: the version stands, reported below
-                followed: Exception | None = exc
-            else:
-                followed = None
-            carried = {f.name for f in pending.carried}
-            written = tuple(f for f in committed.files if f.name not in carried)
-            self._observer(CommitEvent(schema, table, committed, written,
-                                       sum(1 for f in base.files if f.name not in carried) if base else 0,
-                                       len(conflicts) + 1, len(conflicts)))
-            if followed is not None:
-                raise followed
-            return committed, result
+            spot = VersionTarget(target, layout.version_dir(prefix, target), layout.changes_dir(prefix, target),
+                                 time.time())
+            attempt = Attempt(schema, table, prefix, None, spot, claim, conflicts, deadline)
+            with self.held(attempt), phases.timed("load"):
+                attempt.base = known if known is not None else load_base(schema, table, base_n) if base_n else None
+            return attempt
         self._observer(CommitEvent(schema, table, None, attempts=len(conflicts), conflicts=len(conflicts)))
         raise CommitConflict(f"{prefix!r}: gave up after {len(conflicts)} commit conflicts (last: {conflicts[-1]})")
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from destination.shared.on_disk.options import COMPLETE, LAYOUTS
@@ -14,15 +15,17 @@ from destination.shared.on_disk.options import Retention as Retention  # re-expo
 from destination.shared.storage.base import Storage
 from destination.store.carry import CarryForward
 from destination.store.claims import CLAIM_LEASE_SECONDS, Claims
-from destination.store.commit import Committer, Follow, Produce, ProduceWithResult, R
+from destination.store.commit import Committer, Follow, Produce
 from destination.store.loading import VersionReader
 from destination.store.retention import VersionRetention
 from destination.store.table_names import TableNames
 from destination.store.versions import (
+    Attempt,
     CommitEvent,
     Copies,
     FaultHook,
     FollowCommit,
+    PendingVersion,
     Repair,
     RequestIdentity,
     TableVersion,
@@ -108,17 +111,28 @@ class TableStore:
 
     # ---- writing: commit.py ------------------------------------------------------------------
 
-    def write(self, schema: str, table: str, produce: Produce, *,
-              batch: RequestIdentity | None = None) -> TableVersion | None:
-        """Run `produce(base, target)` and commit what it returns as the next version (Committer.write)."""
-        return self._commits.write(schema, table, produce, batch=batch)
+    def begin(self, schema: str, table: str, *, checked: TableVersion | None = None,
+              after: Attempt | None = None) -> Attempt:
+        """An attempt at the table's next version: claimed, on its base (Committer.begin)."""
+        return self._commits.begin(schema, table, checked=checked, after=after)
 
-    def write_with_result(self, schema: str, table: str, produce: ProduceWithResult[R], *,
-                          batch: RequestIdentity | None = None,
-                          checked: TableVersion | None = None) -> tuple[TableVersion | None, R]:
-        """`write` for a `produce` that also returns a result of its own; `checked`: the latest version as the
-        caller loaded it during this request (Committer.write_with_result)."""
-        return self._commits.write_with_result(schema, table, produce, batch=batch, checked=checked)
+    def commit(self, attempt: Attempt, pending: PendingVersion,
+               batch: RequestIdentity | None = None) -> TableVersion | None:
+        """Commit `pending` as the attempt's version; None: a conflict, begin again `after` it (Committer.commit)."""
+        return self._commits.commit(attempt, pending, batch)
+
+    def abandon(self, attempt: Attempt) -> None:
+        """Undo an attempt that commits nothing (Committer.abandon)."""
+        self._commits.abandon(attempt)
+
+    def held(self, attempt: Attempt) -> AbstractContextManager[None]:
+        """The writer's work on an attempt: an exception abandons it (Committer.held)."""
+        return self._commits.held(attempt)
+
+    def write(self, schema: str, table: str, produce: Produce) -> TableVersion | None:
+        """Commit what `produce(base, target)` returns as the next version, on as many attempts as conflicts need
+        (Committer.write)."""
+        return self._commits.write(schema, table, produce)
 
     def repair(self, schema: str, table: str) -> Repair | None:
         """Commit the newest complete version again when the latest one is incomplete (Committer.repair)."""

@@ -149,9 +149,17 @@ class CommitEvent:
     conflicts: int = 0
 
 
-class AlreadyApplied(Exception):
-    """The batch being written was committed earlier (a retried request)."""
+@dataclass
+class Attempt:
+    """One try at a table's next version, in the spirit of a transaction: the version `target` claimed (claim
+    generation `claim`) on `base`, the latest committed version (None: a new table). The writer fills
+    target.directory, then commits a PendingVersion or abandons the attempt (TableStore.begin/commit/abandon)."""
 
-    def __init__(self, version: int) -> None:
-        super().__init__(version)
-        self.version = version
+    schema: str
+    table: str
+    prefix: str
+    base: TableVersion | None
+    target: VersionTarget
+    claim: int
+    conflicts: list[CommitConflict]  # of the tries before it, for this write: retries stop at MAX_ATTEMPTS
+    deadline: float  # time.monotonic() after which a claim held by another live writer is no longer waited for

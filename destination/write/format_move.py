@@ -60,6 +60,6 @@ def move_format(jobs: JobRunner, commits: CommitsWithChanges, schema: str, name:
         return PendingVersion(new, out.new_files, [], {"kind": OPERATION, "from": format_text(base.table),
                                                        "to": format_text(new), "rows": out.counts.get("rows", 0)},
                               out.change_parts(KIND_ROWS))
-    committed = commits.commit(schema, name, produce)
+    committed = commits.write(schema, name, produce)
     assert committed is not None
     return committed

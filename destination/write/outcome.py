@@ -18,3 +18,11 @@ class Outcome:
 
     def timing_text(self) -> str:
         return ", ".join(f"{k} {v:.1f}s" for k, v in self.timings.items())
+
+
+@dataclass(frozen=True)
+class BatchRetried:
+    """A retried request: its batch was applied before, by `version`; nothing was written."""
+
+    files: int
+    version: int

@@ -14,9 +14,10 @@ from destination.shared.batch.reader import FileFormat
 from destination.shared.errors import BadRequest, CatalogUnreachable, UserActionRequired
 from destination.shared.table_model import ColumnDef, TableDef
 from destination.store.table_store import TableStore
-from destination.store.versions import AlreadyApplied, TableVersion
+from destination.store.versions import TableVersion
 from destination.write import migrations
 from destination.write.batches import BatchPlan, check_mode, files_format, plan_batch
+from destination.write.outcome import BatchRetried as BatchRetried  # re-exported: the handler answers it
 from destination.write.outcome import Outcome
 from destination.write.staging import staged_for_executors
 from destination.write.writers import Writers
@@ -44,14 +45,6 @@ class BatchWritten:
     outcome: Outcome
 
 
-@dataclass(frozen=True)
-class BatchRetried:
-    """A retried request: its batch was applied before, by `version`; nothing was written."""
-
-    files: int
-    version: int
-
-
 def write_batch(writers: Writers, request: BatchRequest, server_format: str, spark_master: str,
                 planned: Callable[[BatchPlan], None]) -> BatchWritten | BatchRetried:
     """WriteBatch and WriteHistoryBatch: the table's mode, its missing columns added (a version of their own), the
@@ -64,21 +57,26 @@ def write_batch(writers: Writers, request: BatchRequest, server_format: str, spa
     writers.tables.ensure_columns(schema, current, request.columns)  # a version of its own
     plan = plan_batch(request.files, request.keys, files_format(request.files, request.file_format, server_format))
     planned(plan)
+    if plan.identity.seen_in(current.recent_batches):  # a retry: known before anything is staged for a cluster
+        return _retried(store, schema, table, BatchRetried(len(plan.files), current.version))
     started = time.perf_counter()
-    try:
-        if plan.identity.seen_in(current.recent_batches):  # a retry: known before anything is staged for a cluster
-            raise AlreadyApplied(current.version)  # (the store checks again under its claim, for races)
-        with staged_for_executors(plan, store.storage, spark_master) as staged_plan:
-            staging_seconds = time.perf_counter() - started
-            outcome = writers.writes.write_batch(schema, table, staged_plan, request.rpc, checked=current)
-    except AlreadyApplied as done:
-        latest = store.load(schema, table)  # the first try may have died between its commit and the formats/catalog
-        if latest is not None:
-            _follow_up(store, latest, reading=False)
-        return BatchRetried(len(plan.files), done.version)
+    with staged_for_executors(plan, store.storage, spark_master) as staged_plan:
+        staging_seconds = time.perf_counter() - started
+        outcome = writers.writes.write_batch(schema, table, staged_plan, request.rpc, checked=current)
+    if isinstance(outcome, BatchRetried):  # committed by a retry racing this one (the merge checks under its claim)
+        return _retried(store, schema, table, outcome)
     if staged_plan is not plan:  # files staged for a cluster's executors: the copy's time is the write's too
         outcome = replace(outcome, timings={**outcome.timings, "staging": staging_seconds})
     return BatchWritten(len(plan.files), current.table, outcome)
+
+
+def _retried(store: TableStore, schema: str, table: str, retried: BatchRetried) -> BatchRetried:
+    """A retried request's answer, once the formats and catalog are caught up: its first try may have died between
+    its commit and them."""
+    latest = store.load(schema, table)
+    if latest is not None:
+        _follow_up(store, latest, reading=False)
+    return retried
 
 
 def describe_table(writers: Writers, schema: str, table: str) -> TableVersion | None:

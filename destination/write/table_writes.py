@@ -19,7 +19,7 @@ from destination.shared.table_model import KEY_RANGES
 from destination.store.versions import PendingVersion, TableVersion, VersionTarget
 from destination.write.batches import WRITE_BATCH, WRITE_HISTORY_BATCH, BatchPlan
 from destination.write.jobs import JobOutput, JobRunner
-from destination.write.outcome import Outcome
+from destination.write.outcome import BatchRetried, Outcome
 from destination.write.sorted_runs import SortedRuns
 from destination.write.with_changes import CommitsWithChanges
 from spark_jobs.contracts import RequestCounts, RunSource, TruncateUnit, data_rows
@@ -33,10 +33,6 @@ from spark_jobs.tasks.per_file import truncate_file_task
 DRIVER_DECODED_LIMIT = 64 << 20
 
 
-class _InHashBuckets(Exception):
-    """A write found its base still placed in key-hash buckets (internal: write_batch places it and writes)."""
-
-
 class TableWrites:
     """WriteBatch's merge, the placement of key-hash-bucket tables in key ranges, and Truncate."""
 
@@ -45,46 +41,65 @@ class TableWrites:
         self._jobs = jobs
         self._runs = runs
         self._commits = commits
+        self._store = commits.store
         self._changes = changes
         self._small_request = small_request  # batch files up to this size (as sent) are decoded on the driver
 
     def write_batch(self, schema: str, table_name: str, plan: BatchPlan, rpc: str = WRITE_BATCH,
-                    checked: TableVersion | None = None) -> Outcome:
-        """Merge one request's batch files (plain or history, by the table's mode) over the table's key ranges,
-        on one of two paths (docs/ARCHITECTURE.md "Write path"): a small request is decoded here and merged by one
-        task per key range it touches; any other request is decoded and sorted into runs by one task per file,
-        then merged by one task per key range. A table still in key-hash buckets is first placed in key ranges
-        (a version of its own). A request without rows commits nothing. `checked`: the table's latest version as
-        the request loaded it (TableStore.write_with_result)."""
-        def produce(base: TableVersion | None, target: VersionTarget) -> tuple[PendingVersion | None, Outcome]:
+                    checked: TableVersion | None = None) -> Outcome | BatchRetried:
+        """Merge one request's batch files (plain or history, by the table's mode) over the table's key ranges
+        and commit the result, beginning again on the new base after a commit conflict (docs/ARCHITECTURE.md
+        "Write path"). What the base found under the claim decides first: no table, a retry (its batch committed
+        since the request's own check), or a table still in key-hash buckets, placed in key ranges first (a
+        version of its own). A request without rows commits nothing. `checked`: the table's latest version as the
+        request loaded it (TableStore.begin)."""
+        attempt = self._store.begin(schema, table_name, checked=checked)
+        while True:
+            base = attempt.base
             if base is None:
+                self._store.abandon(attempt)
                 raise TableNotFound(f"{rpc}: table {schema}.{table_name} does not exist; CreateTable must come first")
+            if plan.identity.seen_in(base.recent_batches):
+                self._store.abandon(attempt)
+                return BatchRetried(len(plan.files), base.version)
             if not base.table.in_key_ranges:
-                raise _InHashBuckets()  # nothing is written: the caller places the table, then writes
-            description = f"{rpc} {schema}.{table_name}"
-            started = time.perf_counter()
-            out = (self._merge_decoded(schema, base, target, plan, description)
-                   if plan.total_bytes <= self._small_request else None)
-            if out is None:
-                out = self._merge_staged(schema, base, target, plan, description)
-            timings = {"job": time.perf_counter() - started, "task_s": out.task_seconds}
-            if out.request.decode_seconds is not None:  # the shuffled path decodes in tasks of their own
-                timings["decode_task_s"] = out.request.decode_seconds
-            merged = Outcome(None, out.counts, out.request.rows, out.request.data_rows, out.request.failures_by_column,
-                             timings)
-            if merged.rows == 0:
-                return None, merged
-            carried = [f for f in base.files if f.name not in out.replaced]
-            kind = "write_history_batch" if rpc == WRITE_HISTORY_BATCH else "write_batch"
-            return PendingVersion(base.table, out.new_files, carried, {"kind": kind, "counts": out.counts},
-                                  out.change_parts(KIND_ROWS)), merged
-        try:
-            committed, merged = self._commits.commit_with_result(schema, table_name, produce, batch=plan.identity,
-                                                                 checked=checked)
-        except _InHashBuckets:
-            self.place_in_ranges(schema, table_name)
-            committed, merged = self._commits.commit_with_result(schema, table_name, produce, batch=plan.identity)
-        return replace(merged, version=committed.version if committed else None)
+                self._store.abandon(attempt)
+                self.place_in_ranges(schema, table_name)
+                attempt = self._store.begin(schema, table_name)
+                continue
+            with self._store.held(attempt):
+                pending, merged = self._merge(schema, table_name, base, attempt.target, plan, rpc)
+            if pending is None:  # no rows: nothing to commit
+                self._store.abandon(attempt)
+                return replace(merged, version=base.version)
+            committed = self._commits.commit(attempt, pending, plan.identity)
+            if committed is not None:
+                return replace(merged, version=committed.version)
+            attempt = self._store.begin(schema, table_name, after=attempt)
+
+    def _merge(self, schema: str, table_name: str, base: TableVersion, target: VersionTarget, plan: BatchPlan,
+               rpc: str) -> tuple[PendingVersion | None, Outcome]:
+        """The request's merge into `target` on one of two paths: a small request is decoded here and merged by one
+        task per key range it touches; any other request is decoded and sorted into runs by one task per file, then
+        merged by one task per key range. The version to commit (None: the request holds no rows), and what the
+        merge did."""
+        description = f"{rpc} {schema}.{table_name}"
+        started = time.perf_counter()
+        out = (self._merge_decoded(schema, base, target, plan, description)
+               if plan.total_bytes <= self._small_request else None)
+        if out is None:
+            out = self._merge_staged(schema, base, target, plan, description)
+        timings = {"job": time.perf_counter() - started, "task_s": out.task_seconds}
+        if out.request.decode_seconds is not None:  # the shuffled path decodes in tasks of their own
+            timings["decode_task_s"] = out.request.decode_seconds
+        merged = Outcome(None, out.counts, out.request.rows, out.request.data_rows, out.request.failures_by_column,
+                         timings)
+        if merged.rows == 0:
+            return None, merged
+        carried = [f for f in base.files if f.name not in out.replaced]
+        kind = "write_history_batch" if rpc == WRITE_HISTORY_BATCH else "write_batch"
+        return PendingVersion(base.table, out.new_files, carried, {"kind": kind, "counts": out.counts},
+                              out.change_parts(KIND_ROWS)), merged
 
     def _merge_decoded(self, schema: str, base: TableVersion, target: VersionTarget, plan: BatchPlan,
                        description: str) -> JobOutput | None:
@@ -140,7 +155,7 @@ class TableWrites:
             logs.info(f"{schema}.{name}: placed {sum(f.rows for f in stored)} rows of {len(stored)} key-hash bucket "
                       f"files in {len(out.new_files)} key-range files")
             return PendingVersion(table, out.new_files, [], {"kind": "place_in_key_ranges"}, out.change_parts(KIND_ROWS))
-        self._commits.commit(schema, name, produce)
+        self._commits.write(schema, name, produce)
 
     def truncate(self, schema: str, table_name: str, synced_column: str, cutoff_us: int,
                  deleted_column: str | None) -> Outcome:
@@ -148,9 +163,12 @@ class TableWrites:
         the version None: the table does not exist."""
         cutoff_ms = cutoff_us // 1000
 
-        def produce(base: TableVersion | None, target: VersionTarget) -> tuple[PendingVersion | None, dict[str, int]]:
+        counts: dict[str, int] = {}  # the committed try's (a conflict runs `produce` again)
+
+        def produce(base: TableVersion | None, target: VersionTarget) -> PendingVersion | None:
+            counts.clear()
             if base is None:
-                return None, {}
+                return None
             units: list[TruncateUnit] = []
             dropped: list[DataFile] = []
             for f in base.files:
@@ -164,15 +182,15 @@ class TableWrites:
                 units.append(TruncateUnit(file=f, cutoff_us=cutoff_us, synced_column=synced_column,
                                           deleted_column=deleted_column))
             if not units and not dropped:
-                return None, {}
+                return None
             out = self._jobs.run(truncate_file_task, schema, base, target, base.table, units,
                                  f"truncate {schema}.{table_name}", KIND_ROWS)
             gone = out.replaced | {f.name for f in dropped}
-            counts = dict(out.counts)
+            counts.update(out.counts)
             counts["deleted"] = counts.get("deleted", 0) + sum(f.rows for f in dropped)
             carried = [f for f in base.files if f.name not in gone]
             kind = "soft_truncate" if deleted_column else "truncate"
-            return PendingVersion(base.table, out.new_files, carried, {"kind": kind, "counts": counts},
-                                  out.change_parts(KIND_ROWS)), counts
-        committed, counts = self._commits.commit_with_result(schema, table_name, produce)
+            return PendingVersion(base.table, out.new_files, carried, {"kind": kind, "counts": dict(counts)},
+                                  out.change_parts(KIND_ROWS))
+        committed = self._commits.write(schema, table_name, produce)
         return Outcome(committed.version if committed else None, counts)

@@ -1,9 +1,8 @@
-"""A table change's commit: what its producer returns becomes the next version, with the version's change files
-completed first when change files are on (the store writes them before its commit record)."""
+"""A table change's commit: a pending version becomes the table's next, with its change files completed first when
+change files are on (the store writes them before its commit record)."""
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+from collections.abc import Sequence
 
 from destination.shared import phases
 from destination.shared.changes.change_settings import ChangeSettings
@@ -16,44 +15,40 @@ from destination.shared.changes.metadata import (
     ChangeSet,
     change_set,
 )
+from destination.store.commit import Produce
 from destination.store.table_store import TableStore
-from destination.store.versions import PendingVersion, RequestIdentity, TableVersion, VersionTarget
+from destination.store.versions import Attempt, PendingVersion, RequestIdentity, TableVersion, VersionTarget
 from destination.write.jobs import JobRunner
 from spark_jobs.contracts import FormatChangesUnit, SnapshotChangesUnit
 from spark_jobs.tasks.per_file import format_changes_task, snapshot_changes_task
 
-R = TypeVar("R")
-Producer = Callable[[TableVersion | None, VersionTarget], PendingVersion | None]
-ProducerWithResult = Callable[[TableVersion | None, VersionTarget], tuple[PendingVersion | None, R]]
-
 
 class CommitsWithChanges:
-    """Commits versions through the store, completing their change files."""
+    """Commits versions through the store, completing their change files first."""
 
     def __init__(self, store: TableStore, jobs: JobRunner, changes: ChangeSettings) -> None:
-        self._store = store
+        self.store = store
         self._jobs = jobs
         self._changes = changes
 
-    def commit(self, schema: str, name: str, produce: Producer, *,
+    def commit(self, attempt: Attempt, pending: PendingVersion,
                batch: RequestIdentity | None = None) -> TableVersion | None:
-        """Commit what `produce` returns as the next version of `name` (the store calls `produce` again on a new
-        base after a conflict)."""
-        committed, _ = self.commit_with_result(schema, name, lambda base, target: (produce(base, target), None),
-                                               batch=batch)
-        return committed
+        """Complete the version's change files (when on), then commit it (TableStore.commit; None: a conflict)."""
+        if self._changes.enabled:
+            with self.store.held(attempt):
+                pending.changes = self._complete_changes(attempt.schema, attempt.base, attempt.target, pending)
+        return self.store.commit(attempt, pending, batch)
 
-    def commit_with_result(self, schema: str, name: str, produce: ProducerWithResult[R], *,
-                           batch: RequestIdentity | None = None,
-                           checked: TableVersion | None = None) -> tuple[TableVersion | None, R]:
-        """`commit` for a `produce` that also returns its job's result (counts, timings): handed back with the
-        version it committed (or, with nothing to commit, the latest). `checked`: TableStore.write_with_result."""
-        def produce_with_changes(base: TableVersion | None, target: VersionTarget) -> tuple[PendingVersion | None, R]:
-            pending, result = produce(base, target)
+    def write(self, schema: str, name: str, produce: Produce) -> TableVersion | None:
+        """Commit what `produce(base, target)` returns as the next version of `name` (None: nothing to change, the
+        latest version is returned), its change files completed: for changes of one step (definitions, copies,
+        placement, truncate); the store calls `produce` again on a new base after a conflict."""
+        def with_changes(base: TableVersion | None, target: VersionTarget) -> PendingVersion | None:
+            pending = produce(base, target)
             if pending is not None and self._changes.enabled:
                 pending.changes = self._complete_changes(schema, base, target, pending)
-            return pending, result
-        return self._store.write_with_result(schema, name, produce_with_changes, batch=batch, checked=checked)
+            return pending
+        return self.store.write(schema, name, with_changes)
 
     def _complete_changes(self, schema: str, base: TableVersion | None, target: VersionTarget,
                           pending: PendingVersion) -> ChangeSet:
@@ -78,9 +73,9 @@ class CommitsWithChanges:
                     running[k] = running.get(k, 0) + v
             files = self._jobs.run(format_changes_task, schema, base, target, table, staged,
                                    f"format changes {schema}.{table.name}", KIND_ROWS).changes
-            self._store.storage.delete_prefix(f"{target.changes_directory}/{STAGING}")
+            self.store.storage.delete_prefix(f"{target.changes_directory}/{STAGING}")
         if not files:
             with phases.timed("change_files"):
-                files = [write_empty(self._store.storage, self._jobs.change_target(schema, target, parts.kind), table)]
+                files = [write_empty(self.store.storage, self._jobs.change_target(schema, target, parts.kind), table)]
         return change_set(schema, table, self._changes, parts.kind, target.version, int(target.timestamp * 1_000_000),
                           files, before, parts.noop_updates)
