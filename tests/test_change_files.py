@@ -21,6 +21,7 @@ from destination.shared.storage.opening import open_storage
 from destination.shared.table_model import ColumnDef, TableDef
 from destination.store.table_store import Retention, TableStore
 from destination.write.batches import plan_batch
+from destination.write.outcome import BatchRetried, Outcome
 from destination.write.writers import Writers, writers
 from tests.batchfiles import FMT, write_csv
 from tests.change_consumer import replay, tokenize
@@ -252,6 +253,26 @@ def test_a_retried_request_writes_no_second_change_directory(stub, tmp_path: Pat
     prefix = layout.table_prefix("retry", "r")
     assert len(storage.list_children(layout.changes_root(prefix))) == 2
     assert len(replay(storage, "retry", "r").rows) == len(OTHERS)
+
+
+def test_a_batch_committed_after_the_requests_own_check_is_answered_as_retried_by_the_merge(  # type: ignore[no-untyped-def]
+        storage: Storage, spark, tmp_path: Path) -> None:
+    """A retry racing its first try passes the request's check and finds the batch recorded under its claim: the
+    merge answers it as retried, commits nothing and leaves no claim, version or change directory behind."""
+    store = TableStore(storage)
+    w = writer(store, spark)
+    w.tables.create_table("s", TABLE)
+    plan = ops(tmp_path, 1)
+    first = w.writes.write_batch("s", "events", plan)
+    assert isinstance(first, Outcome) and first.version == 2
+    again = w.writes.write_batch("s", "events", plan)  # as after a check made before the first try committed
+    assert again == BatchRetried(files=1, version=2)
+    prefix = layout.table_prefix("s", "events")
+    assert TableStore(storage).latest_version_number(prefix) == 2
+    assert not storage.exists(layout.claim_path(prefix, 3))
+    assert not storage.list_children(layout.version_dir(prefix, 3))
+    assert len(storage.list_children(layout.changes_root(prefix))) == 2
+    assert sorted(k[0] for k in replay(storage, "s", "events").rows) == [1, 2, 3]
 
 
 @pytest.mark.parametrize("field,value", [("changes", "xml"), ("changes_image", "partial"),
