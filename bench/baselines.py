@@ -6,7 +6,7 @@
     applied with vectorized Arrow operations, the whole table written back as Parquet.
 Both keep their Parquet files on the storage of the server's pass they are compared with (a Place: local disk, or
 the S3 server through pyarrow's S3 filesystem). They share one thing with the server: which columns are dictionary
-encoded (destination.shared.on_disk.datafiles.dictionary_columns), so both sides write the same kind of file.
+encoded (destination.on_disk.datafiles.dictionary_columns), so both sides write the same kind of file.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from bench.batches import BatchFile
 from bench.data import ACTIVE, COLUMNS, DELETED, END, KEY, START, SYNCED, system_columns
-from destination.shared.on_disk.datafiles import dictionary_columns
+from destination.on_disk.datafiles import dictionary_columns
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING
 
 ARROW = {"LONG": pa.int64(), "BOOLEAN": pa.bool_(), "SHORT": pa.int16(), "INT": pa.int32(), "FLOAT": pa.float32(),

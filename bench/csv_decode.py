@@ -1,5 +1,5 @@
 """Initial-load decode throughput of one CSV batch file (not a test): the benchmark's 20-column table as the
-tester writes it (zstd, AES), decoded by destination.shared.batch.reader as the write path does, best of a few runs.
+tester writes it (zstd, AES), decoded by destination.batch_files.reader as the write path does, best of a few runs.
 
     python -m bench.csv_decode [--mb 120] [--runs 3]
 
@@ -16,8 +16,8 @@ import numpy as np
 
 from bench.batches import csv_text
 from bench.data import COLUMNS, Pools, column_names, plain_rows, system_columns, text_table
-from destination.shared.batch.reader import FileFormat, iter_batch_file
-from destination.shared.table_model import ColumnDef
+from destination.batch_files.reader import FileFormat, iter_batch_file
+from destination.model.table_model import ColumnDef
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING, seal
 
 FMT = FileFormat(encrypted=True, compression="ZSTD", null_string=NULL_STRING, unmodified_string=UNMODIFIED_STRING)

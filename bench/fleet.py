@@ -37,7 +37,7 @@ from bench.batches import BatchFile
 from bench.data import KEY
 from bench.tables import data_file_urls
 from bench.workload import FileJob, SetPlan, cached_set
-from destination.shared.on_disk.datafiles import dictionary_columns
+from destination.on_disk.datafiles import dictionary_columns
 from destination.store.table_store import TableStore
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING
 

@@ -23,11 +23,11 @@ import pyarrow as pa
 
 from destination.iceberg_rest.server import IcebergRestOptions, IcebergRestServer
 from destination.iceberg_rest.warehouses import Warehouses
-from destination.shared.on_disk import layout
-from destination.shared.on_disk.datafiles import write_data_file
-from destination.shared.storage.base import Storage, StorageSpec
-from destination.shared.storage.opening import open_storage
-from destination.shared.table_model import ColumnDef, TableDef
+from destination.model.table_model import ColumnDef, TableDef
+from destination.on_disk import layout
+from destination.on_disk.datafiles import write_data_file
+from destination.storage.base import Storage, StorageSpec
+from destination.storage.opening import open_storage
 from destination.store.commit import Produce
 from destination.store.table_store import Retention, TableStore
 from destination.store.versions import PendingVersion, TableVersion, VersionTarget

@@ -40,11 +40,11 @@ from bench.batches import write_batch_file
 from bench.data import Pools, column_names, plain_rows, text_table
 from bench.server import create_table, write
 from bench.workload import stamp
+from destination.on_disk import layout, records
 from destination.protocol import sdk_grpc
-from destination.shared.on_disk import layout, records
-from destination.shared.settings import ServerOptions
-from destination.shared.storage.base import Storage, StorageSpec
-from destination.shared.storage.opening import open_storage
+from destination.runtime.settings import ServerOptions
+from destination.storage.base import Storage, StorageSpec
+from destination.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from destination.table_formats.sync import FollowFormats
 

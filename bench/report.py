@@ -14,7 +14,7 @@ from bench.results import Measurement, Run, pass_key, passed_fields, ran_on
 from bench.scenarios import SECTIONS
 from bench.soak_report import SOAK_END, SOAK_START, soak_section
 from bench.steady_report import STEADY_END, STEADY_START, steady_section
-from destination.shared.on_disk.options import REFERENCING, default_layout
+from destination.on_disk.options import REFERENCING, default_layout
 
 GIB = 2**30
 MEMORY_LIMIT = 4 * 10**9

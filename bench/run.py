@@ -27,8 +27,8 @@ from bench.scenarios import FLEET, GROUPS, SECTIONS, SOAK, STEADY, requested_gro
 from bench.server import Server, create_table, soft_truncate, unknown_fields, write
 from bench.tables import data_file_urls, stored_bytes
 from bench.workload import CLUSTERED_KINDS, STEP_MS, T0_MS, Shape, Workload, clustered_kind, clustered_name
-from destination.shared.storage.base import StorageSpec
-from destination.shared.storage.opening import open_storage
+from destination.storage.base import StorageSpec
+from destination.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from destination.store.versions import TableVersion
 

@@ -7,8 +7,8 @@ import json
 import os
 from pathlib import Path
 
-from destination.shared.on_disk.records import MANIFEST
-from destination.shared.storage.base import Storage
+from destination.on_disk.records import MANIFEST
+from destination.storage.base import Storage
 from destination.store.versions import TableVersion
 
 

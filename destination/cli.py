@@ -6,8 +6,8 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from destination.shared import logs
-from destination.shared.errors import DestinationError, UserActionRequired
+from destination.runtime import logs
+from destination.runtime.errors import DestinationError, UserActionRequired
 
 if TYPE_CHECKING:
     from destination.iceberg_rest.server import IcebergRestOptions
@@ -17,8 +17,8 @@ def _serve(args: argparse.Namespace) -> int:
     # Before grpc is imported: the server forks only to exec Spark's JVM gateway, and with gRPC's fork handlers on
     # that child can die on a closed epoll descriptor before it execs (grpc/grpc#43055), failing Spark's start.
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
-    from destination.shared.settings import server_options
-    from destination.shared.storage.base import create_local_root, local_root_problem
+    from destination.runtime.settings import server_options
+    from destination.storage.base import create_local_root, local_root_problem
 
     options = server_options(root=args.root, batch_file_format=args.batch_file_format, spark_master=args.spark_master,
                              metrics_port=args.metrics_port, spark_ui_port=args.spark_ui_port,
@@ -97,7 +97,7 @@ def _formats(args: argparse.Namespace) -> int:
     from destination.catalogs.catalog_settings import catalog_from_file
     from destination.commands.formats import formats_command
     from destination.commands.inspection import open_root
-    from destination.shared.on_disk.options import FORMATS_FIELD, table_formats
+    from destination.on_disk.options import FORMATS_FIELD, table_formats
 
     names = table_formats({FORMATS_FIELD: args.formats})
     storage = open_root(args.root, _s3_options(args))
@@ -108,7 +108,7 @@ def _reformat(args: argparse.Namespace) -> int:
     from destination.catalogs.catalog_settings import catalog_from_file
     from destination.commands.inspection import open_root
     from destination.commands.reformat import choice_fields, reformat_command
-    from destination.shared.on_disk.options import FORMATS_FIELD, table_formats
+    from destination.on_disk.options import FORMATS_FIELD, table_formats
 
     names = table_formats({FORMATS_FIELD: args.formats})
     storage = open_root(args.root, _s3_options(args))

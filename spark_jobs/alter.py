@@ -8,11 +8,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from destination.shared import row_meta
-from destination.shared.conversion import Failure, convert_column
-from destination.shared.keys import key_tokens
-from destination.shared.table_model import DESTINATION_META, ColumnDef, TableDef
-from destination.shared.type_mapping import arrow_schema, arrow_type
+from destination.model import row_meta
+from destination.model.conversion import Failure, convert_column
+from destination.model.keys import key_tokens
+from destination.model.table_model import DESTINATION_META, ColumnDef, TableDef
+from destination.model.type_mapping import arrow_schema, arrow_type
 
 
 def _as_text(values: pa.Array) -> pa.Array:
@@ -67,7 +67,7 @@ def convert_table(old: pa.Table, old_def: TableDef, new_def: TableDef, version: 
     return pa.Table.from_arrays(arrays, schema=schema), len(failures)
 
 
-# ---- AlterTable's check before a lossy type change (destination/shared/type_changes.py) --------------------------
+# ---- AlterTable's check before a lossy type change (destination/model/type_changes.py) --------------------------
 
 TEXT_TYPES = ("STRING", "XML", "JSON")  # a text value that converts is kept, except numbers: compared as numbers
 NUMBER_TYPES = ("SHORT", "INT", "LONG", "DECIMAL", "FLOAT", "DOUBLE")

@@ -2,7 +2,7 @@
 
 A task never lets an exception cross into Spark: the exception would reach the driver only as the text of a Java
 exception. It returns a `TaskFailure` instead, an error value the driver maps without parsing any text
-(destination.write.runner): our own errors travel as themselves (destination.shared.errors pickles them with their
+(destination.write.runner): our own errors travel as themselves (destination.runtime.errors pickles them with their
 fields), anything else as its type, its scrubbed message and where it was raised.
 """
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
-from destination.shared.errors import DestinationError, scrub
-from destination.shared.storage.s3 import transient_error
+from destination.runtime.errors import DestinationError, scrub
+from destination.storage.s3 import transient_error
 from spark_jobs.contracts import JobContext
 
 U = TypeVar("U")

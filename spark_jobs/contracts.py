@@ -11,14 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, cast
 
-from destination.shared.batch.reader import FileFormat
-from destination.shared.changes.files import ChangeTarget
-from destination.shared.changes.metadata import KIND_ROWS, ChangeFile
-from destination.shared.conversion import FailureKey
-from destination.shared.on_disk.datafiles import DataFile
-from destination.shared.storage.base import StorageSpec
-from destination.shared.storage.opening import open_storage
-from destination.shared.table_model import TableDef
+from destination.batch_files.reader import FileFormat
+from destination.changes.files import ChangeTarget
+from destination.changes.metadata import KIND_ROWS, ChangeFile
+from destination.model.conversion import FailureKey
+from destination.model.table_model import TableDef
+from destination.on_disk.datafiles import DataFile
+from destination.storage.base import StorageSpec
+from destination.storage.opening import open_storage
 
 # the roles of a request's batch files, in the order their rows apply (fivetran-protocol §10.1, §10.2)
 FILE_KINDS = ("earliest", "replace", "update", "delete")
@@ -41,7 +41,7 @@ class JobContext:
     table: TableDef  # the new version's definition
     version: int
     changes: ChangeTarget | None = None  # where the version's change files go, when change files are on
-    target_file_bytes: int = 64 << 20  # the data-file size writes aim for (destination.shared.placement)
+    target_file_bytes: int = 64 << 20  # the data-file size writes aim for (destination.on_disk.placement)
     scratch: StorageSpec | None = None  # where sorted runs are staged (None: the table's own storage)
     run_compression: str | None = "lz4"  # how sorted runs are staged: IPC buffer compression, None: uncompressed
 
@@ -103,7 +103,7 @@ class RunSlice:
 
 @dataclass(frozen=True, kw_only=True)
 class RangeUnit:
-    """One unit of a write over the table's key ranges (destination.shared.placement): the range [lo, hi) of entity keys
+    """One unit of a write over the table's key ranges (destination.on_disk.placement): the range [lo, hi) of entity keys
     (JSON keys, None: unbounded), the base's files that overlap it, and the request's operations in it — Arrow
     IPC chunks (decoded on the driver) and/or slices of sorted runs (filtered to the range by the task)."""
 

@@ -29,10 +29,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from destination.shared import row_meta
-from destination.shared.keys import key_tokens, run_start_index, run_starts
-from destination.shared.table_model import ACTIVE, DESTINATION_META, END, START, SYNCED, TableDef
-from destination.shared.type_mapping import arrow_schema
+from destination.model import row_meta
+from destination.model.keys import key_tokens, run_start_index, run_starts
+from destination.model.table_model import ACTIVE, DESTINATION_META, END, START, SYNCED, TableDef
+from destination.model.type_mapping import arrow_schema
 from spark_jobs.merge import MergeCounts, MergeResult, key_columns, occurrence
 from spark_jobs.operations import CHANGES, KEY, OP, OP_DELETE, OP_EARLIEST, OP_REPLACE, OP_UPDATE, SEQ, UNMOD
 

@@ -11,10 +11,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from destination.shared import row_meta
-from destination.shared.conversion import Failure
-from destination.shared.keys import key_tokens, run_starts
-from destination.shared.table_model import ACTIVE, DESTINATION_META, END, START, TableDef
+from destination.model import row_meta
+from destination.model.conversion import Failure
+from destination.model.keys import key_tokens, run_starts
+from destination.model.table_model import ACTIVE, DESTINATION_META, END, START, TableDef
 from spark_jobs.history import ONE_MS_US, TMAX_US, micros, restamp, set_column, timestamps
 from spark_jobs.merge import key_columns
 

@@ -14,11 +14,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from destination.shared import row_meta
-from destination.shared.key_order import sort_keys
-from destination.shared.keys import bisected, matched_keys, run_start_index
-from destination.shared.table_model import DESTINATION_META, ColumnDef, TableDef
-from destination.shared.type_mapping import arrow_schema
+from destination.model import row_meta
+from destination.model.key_order import sort_keys
+from destination.model.keys import bisected, matched_keys, run_start_index
+from destination.model.table_model import DESTINATION_META, ColumnDef, TableDef
+from destination.model.type_mapping import arrow_schema
 from spark_jobs.operations import CHANGES, KEY, OP, OP_DELETE, OP_REPLACE, OP_UPDATE, SEQ, UNMOD
 
 
@@ -44,7 +44,7 @@ class MergeResult:
     table: pa.Table  # the range's rows after the merge, in the file schema
     counts: MergeCounts = field(default_factory=MergeCounts)
     # with change tracking: the stored rows the request replaced or removed, and the rows it wrote
-    # (destination.shared.changes.events.pair_changes turns them into the version's events)
+    # (destination.changes.events.pair_changes turns them into the version's events)
     before: pa.Table | None = None
     after: pa.Table | None = None
 
@@ -77,7 +77,7 @@ class _State:
     rows after every round and sorting them again afterwards cost more than the merge itself: measured)."""
 
     rows: pa.Table
-    keys: pa.ChunkedArray  # each row's key as destination.shared.keys.matched_keys gives it
+    keys: pa.ChunkedArray  # each row's key as destination.model.keys.matched_keys gives it
     alive: np.ndarray  # bool per row
     stored: int  # how many of the first rows are the stored ones (the rest the merge appended)
 
@@ -85,7 +85,7 @@ class _State:
         """Each operation key's live row (null: none), and the mask of live rows holding any of the keys. The few
         operation keys are hashed and the state probed with them: hashing the state instead costs 8x (measured). The
         stored rows alone, integer keys in order (a file as read), are searched by bisection instead
-        (destination.shared.keys.bisected)."""
+        (destination.model.keys.bisected)."""
         if not self.alive.any():  # an empty range (a load): nothing to hash
             return pa.nulls(len(op_keys), pa.int64()), self.alive
         if self.rows.num_rows == self.stored and self.keys.num_chunks == 1 and self.alive.all():

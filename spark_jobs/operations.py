@@ -6,10 +6,10 @@ An operation is a row of the table's columns plus:
 - `SEQ`: request order, file position << ROW_BITS | row within the file. Rows are numbered (history tables:
   earliest-start files first,) replace files, then update files, then delete files, each in list order and rows
   in file order (fivetran-protocol §10.1, §10.2);
-- `CHANGES`: the row's values that did not convert, as JSON (destination.shared.row_meta), or NULL;
+- `CHANGES`: the row's values that did not convert, as JSON (destination.model.row_meta), or NULL;
 - `UNMOD + column`: the column is unmodified (missing from the file, or holding the unmodified marker) and keeps
   the stored value (NULL for a new row);
-- `KEY`: the row's key token (destination.shared.keys; history tables: of the entity key).
+- `KEY`: the row's key token (destination.model.keys; history tables: of the entity key).
 Operations travel to a unit's merge task as Arrow IPC chunks (decoded on the driver) or in sorted runs.
 """
 from __future__ import annotations
@@ -20,13 +20,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from destination.shared import row_meta
-from destination.shared.batch.reader import DecodedBatch, FileFormat, iter_batch_file
-from destination.shared.conversion import Failure, FailureKey, count_by_column
-from destination.shared.errors import BadBatchFile
-from destination.shared.keys import key_tokens
-from destination.shared.table_model import START, TableDef
-from destination.shared.type_mapping import arrow_type
+from destination.batch_files.reader import DecodedBatch, FileFormat, iter_batch_file
+from destination.model import row_meta
+from destination.model.conversion import Failure, FailureKey, count_by_column
+from destination.model.keys import key_tokens
+from destination.model.table_model import START, TableDef
+from destination.model.type_mapping import arrow_type
+from destination.runtime.errors import BadBatchFile
 from spark_jobs.contracts import BatchFileRef
 
 OP = "\x00op"

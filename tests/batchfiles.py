@@ -6,7 +6,7 @@ import os
 import random
 from pathlib import Path
 
-from destination.shared.batch.reader import FileFormat
+from destination.batch_files.reader import FileFormat
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING, csv_bytes, parquet_bytes, seal
 
 FMT = FileFormat(encrypted=True, compression="ZSTD", null_string=NULL_STRING, unmodified_string=UNMODIFIED_STRING)

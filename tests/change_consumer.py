@@ -1,5 +1,5 @@
 """A change-file consumer written from the seed (Arcion realtime/snapshot layouts) and output-formats.md (the
-Parquet change data feed layout), independent of destination.shared.changes: its own RFC 4180 tokenizer, value parser and
+Parquet change data feed layout), independent of destination.changes: its own RFC 4180 tokenizer, value parser and
 apply rules. It replays a table's change directories from its first version and checks every before image against
 the row it holds, so a wrong or missing event fails the replay, not only the final comparison."""
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from destination.shared.on_disk import layout
-from destination.shared.storage.base import Storage
+from destination.on_disk import layout
+from destination.storage.base import Storage
 
 Row = dict[str, Any]
 

@@ -11,11 +11,11 @@ from typing import Any
 import grpc
 import pytest
 
+from destination.on_disk.options import LAYOUT_FIELD, LAYOUTS, default_layout
 from destination.rpc.service import DestinationService
-from destination.shared.on_disk.options import LAYOUT_FIELD, LAYOUTS, default_layout
-from destination.shared.settings import ServerOptions
-from destination.shared.storage.base import Storage, StorageSpec
-from destination.shared.storage.opening import open_storage
+from destination.runtime.settings import ServerOptions
+from destination.storage.base import Storage, StorageSpec
+from destination.storage.opening import open_storage
 from destination.store.table_store import Retention, TableStore
 from testbed.s3server import ACCESS_KEY, SECRET_KEY, S3Server, start_seaweedfs
 from tests import serverproc

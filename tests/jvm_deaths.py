@@ -24,8 +24,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from destination.shared.storage.base import StorageSpec
-from destination.shared.table_model import ColumnDef, TableDef
+from destination.model.table_model import ColumnDef, TableDef
+from destination.storage.base import StorageSpec
 from destination.write import session
 from destination.write.runner import run_units
 from spark_jobs.contracts import JobContext

@@ -19,7 +19,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from pyiceberg.table import StaticTable
 
-from destination.shared.storage.base import StorageSpec
+from destination.storage.base import StorageSpec
 from destination.table_formats.delta import delta_storage_options
 from destination.table_formats.iceberg import file_io_properties
 

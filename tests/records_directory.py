@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from destination.shared.on_disk.records import MANIFEST, SCHEMA_JSON, dumps, manifest_json, schema_json
-from destination.shared.records_formats.codec import Codec
-from destination.shared.table_model import TableDef
+from destination.model.table_model import TableDef
+from destination.on_disk.records import MANIFEST, SCHEMA_JSON, dumps, manifest_json, schema_json
+from destination.records_formats.codec import Codec
 
 
 def write_directory(path: Path, codec: Codec, table: pa.Table, table_def: TableDef) -> pa.Table:

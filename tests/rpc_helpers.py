@@ -8,11 +8,11 @@ from typing import Any
 import pyarrow as pa
 
 from destination.commands.validator import validate_version
+from destination.on_disk.datafiles import align, read_data_file
+from destination.on_disk.locations import file_dir
 from destination.protocol import common, sdk
-from destination.shared.on_disk.datafiles import align, read_data_file
-from destination.shared.on_disk.locations import file_dir
-from destination.shared.storage.base import Storage
-from destination.shared.storage.opening import open_storage
+from destination.storage.base import Storage
+from destination.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from destination.tester.harness import Harness
 from tests.conftest import spec_of

@@ -1,4 +1,4 @@
-"""AlterTable refuses type and key changes that would lose stored values (destination/shared/type_changes.py):
+"""AlterTable refuses type and key changes that would lose stored values (destination/model/type_changes.py):
 through the gRPC server on both backends, plus the policy table itself."""
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import decimal
 
 import pytest
 
+from destination.model.table_model import ColumnDef
+from destination.model.type_changes import is_widening
 from destination.protocol import sdk
-from destination.shared.storage.opening import open_storage
-from destination.shared.table_model import ColumnDef
-from destination.shared.type_changes import is_widening
+from destination.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from tests.conftest import spec_of
 from tests.rpc_helpers import describe, rows_of, table

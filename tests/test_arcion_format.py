@@ -1,4 +1,4 @@
-"""Arcion realtime CSV/JSON formatting (destination/shared/changes/arcion.py): the seed's region examples come out in
+"""Arcion realtime CSV/JSON formatting (destination/changes/arcion.py): the seed's region examples come out in
 its layout, the seed's table hashes are reproduced, and a small Arcion-style consumer written from the seed
 (its own RFC 4180 tokenizer that knows quoted from unquoted fields) reads every type back exactly."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from destination.shared.changes.arcion import (
+from destination.changes.arcion import (
     RealtimeRows,
     full_exists,
     java_objects_hash,
@@ -20,8 +20,8 @@ from destination.shared.changes.arcion import (
     realtime_json,
     table_name,
 )
-from destination.shared.table_model import ColumnDef
-from destination.shared.type_mapping import arrow_type
+from destination.model.table_model import ColumnDef
+from destination.model.type_mapping import arrow_type
 from tests.change_consumer import parse, tokenize
 
 REGION = [ColumnDef("r_regionkey", "INT", True), ColumnDef("r_comment", "STRING"), ColumnDef("r_name", "STRING")]

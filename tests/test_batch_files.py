@@ -13,12 +13,12 @@ from typing import BinaryIO, cast
 import pyarrow as pa
 import pytest
 
+from destination.batch_files.reader import CSV_BLOCK, FileFormat, iter_batch_file
+from destination.model.table_model import ColumnDef
 from destination.protocol import common
 from destination.rpc.proto_convert import table_from_proto
-from destination.shared.batch.reader import CSV_BLOCK, FileFormat, iter_batch_file
-from destination.shared.errors import BadBatchFile, BadRequest
-from destination.shared.storage.base import Storage
-from destination.shared.table_model import ColumnDef
+from destination.runtime.errors import BadBatchFile, BadRequest
+from destination.storage.base import Storage
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING
 from tests.batchfiles import FMT, PLAIN, write_csv, write_parquet
 
@@ -196,8 +196,8 @@ def test_unknown_type_is_rejected() -> None:
 _DECODE_AND_MEASURE = textwrap.dedent("""
     import sys, time
     import pyarrow as pa
-    from destination.shared.batch.reader import iter_batch_file
-    from destination.shared.table_model import ColumnDef
+    from destination.batch_files.reader import iter_batch_file
+    from destination.model.table_model import ColumnDef
     from tests.batchfiles import FMT
     def rss_kb():
         for line in open("/proc/self/status"):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from destination.shared.errors import BadBatchFile
+from destination.runtime.errors import BadBatchFile
 from destination.write.batches import BatchIdentity, plan_batch
 from tests.batchfiles import FMT
 

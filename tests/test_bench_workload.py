@@ -20,8 +20,8 @@ from bench.results import Measurement, Run
 from bench.scenarios import rows_option, selected_groups
 from bench.tables import stored_bytes
 from bench.workload import NEW_SHARE, RECENT, Shape, Workload, clustered_keys
-from destination.shared.storage.base import StorageSpec
-from destination.shared.storage.opening import open_storage
+from destination.storage.base import StorageSpec
+from destination.storage.opening import open_storage
 from destination.tester.batchgen import UNMODIFIED_STRING
 
 SHAPE = Shape(rows=3_000, small_rows=200, change_fraction=0.01, clustered_syncs=8, small_syncs=3, small_sync_rows=50)

@@ -14,11 +14,11 @@ import pytest
 from destination.catalogs.catalog import CatalogRefused, CatalogUnavailable, ForeignEntry
 from destination.catalogs.catalog_settings import CatalogSettings
 from destination.catalogs.kinds import follow_hook
-from destination.shared.on_disk import layout
-from destination.shared.on_disk.options import TABLE_FORMATS
-from destination.shared.storage.base import Storage
-from destination.shared.storage.opening import open_storage
-from destination.shared.table_model import ColumnDef
+from destination.model.table_model import ColumnDef
+from destination.on_disk import layout
+from destination.on_disk.options import TABLE_FORMATS
+from destination.storage.base import Storage
+from destination.storage.opening import open_storage
 from destination.store.table_store import Retention, TableStore
 from destination.store.versions import PendingVersion
 from destination.table_formats.iceberg import file_io_properties
@@ -86,7 +86,7 @@ def test_every_commit_moves_the_entry_and_time_travel_reads_the_previous_version
 
 
 def test_a_name_the_catalog_cannot_hold_is_mapped_reversibly(storage: Storage, catalog_uri: str) -> None:
-    from destination.shared.on_disk.naming import decode_name
+    from destination.on_disk.naming import decode_name
 
     store = sql_store(storage, catalog_uri)
     store.write("sales.eu~x", "events", appender(storage, 0))
@@ -466,7 +466,7 @@ def test_serve_catches_up_the_tables_of_its_root_at_start(tmp_path: Path) -> Non
     its records commit) is caught up in the background at start, before any request for it."""
     import json
 
-    from destination.shared.storage.base import StorageSpec
+    from destination.storage.base import StorageSpec
     from tests.lake_readers import delta_table
     from tests.serverproc import start_server, wait_for
 
@@ -491,10 +491,10 @@ def test_serve_catches_up_the_tables_of_its_root_at_start(tmp_path: Path) -> Non
 def test_the_form_shows_each_kinds_fields_only_when_it_is_chosen_and_credentials_as_passwords() -> None:
     from destination.catalogs.catalog_settings import catalog_settings
     from destination.catalogs.kinds import check_store_options
+    from destination.on_disk.options import store_options
     from destination.protocol import common
     from destination.rpc.configuration import configuration_form, known_fields, unknown_fields_message
-    from destination.shared.errors import UserActionRequired
-    from destination.shared.on_disk.options import store_options
+    from destination.runtime.errors import UserActionRequired
 
     fields = {f.name: f for f in configuration_form().fields}
     assert list(fields["catalog"].dropdown_field.dropdown_field) == ["none", "sql", "glue", "rest"]

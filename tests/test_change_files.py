@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
+from destination.batch_files.reader import FileFormat
+from destination.changes.change_settings import ChangeSettings
 from destination.cli import main
+from destination.model.table_model import ColumnDef, TableDef
+from destination.on_disk import layout
 from destination.protocol import common, sdk
-from destination.shared.batch.reader import FileFormat
-from destination.shared.changes.change_settings import ChangeSettings
-from destination.shared.on_disk import layout
-from destination.shared.storage.base import Storage
-from destination.shared.storage.opening import open_storage
-from destination.shared.table_model import ColumnDef, TableDef
+from destination.storage.base import Storage
+from destination.storage.opening import open_storage
 from destination.store.table_store import Retention, TableStore
 from destination.write.batches import plan_batch
 from destination.write.outcome import BatchRetried, Outcome

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from destination.commands.validator import validate_directory
-from destination.shared.on_disk import layout
-from destination.shared.storage.opening import open_storage
-from destination.shared.table_model import DESTINATION_META, SYNCED
+from destination.model.table_model import DESTINATION_META, SYNCED
+from destination.on_disk import layout
+from destination.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from tests.change_consumer import replay
 from tests.conftest import s3_configuration, spec_of

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from destination.commands.validator import validate_version
-from destination.shared.on_disk import layout
-from destination.shared.on_disk.locations import file_dir
-from destination.shared.storage.base import Storage
-from destination.shared.storage.opening import open_storage
+from destination.on_disk import layout
+from destination.on_disk.locations import file_dir
+from destination.storage.base import Storage
+from destination.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from destination.store.versions import IncompleteVersion, Repair
 from tests.conftest import spec_of

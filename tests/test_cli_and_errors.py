@@ -13,8 +13,8 @@ import pytest
 
 from destination.protocol import sdk
 from destination.rpc.service import DestinationService
-from destination.shared.settings import ServerOptions
-from destination.shared.storage.opening import open_storage
+from destination.runtime.settings import ServerOptions
+from destination.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from destination.tester.harness import Harness
 from tests.batchfiles import write_csv

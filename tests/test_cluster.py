@@ -17,7 +17,7 @@ import grpc
 import pytest
 
 from destination.protocol import sdk
-from destination.shared.storage.opening import open_storage
+from destination.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from destination.write.staging import STAGING_DIR
 from testbed.processes import children, command_line

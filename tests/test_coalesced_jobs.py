@@ -17,11 +17,11 @@ import grpc
 import pytest
 from pyspark.sql import SparkSession
 
+from destination.on_disk import layout
 from destination.protocol import sdk
-from destination.shared.errors import BadBatchFile
-from destination.shared.on_disk import layout
-from destination.shared.storage.base import StorageSpec
-from destination.shared.storage.opening import open_storage
+from destination.runtime.errors import BadBatchFile
+from destination.storage.base import StorageSpec
+from destination.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from destination.store.versions import PendingVersion
 from destination.write.coalescer import Coalescer

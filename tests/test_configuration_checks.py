@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from destination.protocol import common, sdk
-from destination.shared.storage.opening import open_storage
+from destination.storage.opening import open_storage
 from tests.conftest import s3_configuration, spec_of
 from tests.rpc_helpers import table
 from tests.test_write_path import SYS

@@ -12,11 +12,11 @@ import fastavro
 import pytest
 
 from destination.commands.validator import validate_table
-from destination.shared.on_disk.datafiles import read_data_file
-from destination.shared.on_disk.locations import file_dir, file_path
-from destination.shared.storage.base import Storage
-from destination.shared.storage.opening import open_storage
-from destination.shared.table_model import SYNCED
+from destination.model.table_model import SYNCED
+from destination.on_disk.datafiles import read_data_file
+from destination.on_disk.locations import file_dir, file_path
+from destination.storage.base import Storage
+from destination.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from destination.store.versions import TableVersion
 from destination.tester.harness import Harness

@@ -8,8 +8,8 @@ import math
 import pyarrow as pa
 import pytest
 
-from destination.shared.conversion import NULLED, SERIALIZATION_ERROR, SIZE_LIMITATION, TRUNCATED, convert_column
-from destination.shared.table_model import ColumnDef
+from destination.model.conversion import NULLED, SERIALIZATION_ERROR, SIZE_LIMITATION, TRUNCATED, convert_column
+from destination.model.table_model import ColumnDef
 
 UTC = dt.UTC
 
@@ -85,7 +85,7 @@ def test_vectorized_base64_matches_the_standard_library() -> None:
     import base64
     import os
 
-    from destination.shared.conversion import b64decode_array
+    from destination.model.conversion import b64decode_array
 
     raw = [os.urandom(n) for n in [0, 1, 2, 3, 4, 5, 30, 31, 32, 255] * 20]
     text = [base64.b64encode(b).decode() for b in raw]

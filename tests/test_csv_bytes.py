@@ -13,10 +13,10 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
-from destination.shared.batch.csvrows import PARSE_OPTIONS, iter_row_chunks, parse_rows, read_rows, row_end_exact
-from destination.shared.batch.reader import CSV_BLOCK, FileFormat, iter_batch_file
-from destination.shared.changes.replay import _csv_texts, _json_texts
-from destination.shared.table_model import ColumnDef, TableDef
+from destination.batch_files.csvrows import PARSE_OPTIONS, iter_row_chunks, parse_rows, read_rows, row_end_exact
+from destination.batch_files.reader import CSV_BLOCK, FileFormat, iter_batch_file
+from destination.changes.replay import _csv_texts, _json_texts
+from destination.model.table_model import ColumnDef, TableDef
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING, seal
 from tests.batchfiles import FMT, PLAIN
 

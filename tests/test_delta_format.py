@@ -13,12 +13,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from destination.shared.errors import StorageError
-from destination.shared.on_disk.datafiles import write_data_file
-from destination.shared.on_disk.layout import data_file_name
-from destination.shared.storage.base import Storage
-from destination.shared.table_model import DESTINATION_META, ColumnDef, TableDef
-from destination.shared.type_mapping import arrow_schema
+from destination.model.table_model import DESTINATION_META, ColumnDef, TableDef
+from destination.model.type_mapping import arrow_schema
+from destination.on_disk.datafiles import write_data_file
+from destination.on_disk.layout import data_file_name
+from destination.runtime.errors import StorageError
+from destination.storage.base import Storage
 from destination.table_formats.delta import LOG, DeltaFormat
 from destination.table_formats.version import ChangeDataFile, LakeFile, LakeVersion
 from tests.lake_readers import delta_duckdb, delta_polars, delta_rs, delta_table

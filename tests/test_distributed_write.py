@@ -11,10 +11,10 @@ import grpc
 import pyarrow as pa
 import pytest
 
+from destination.on_disk.datafiles import read_data_file
+from destination.on_disk.locations import file_dir
 from destination.protocol import sdk
-from destination.shared.on_disk.datafiles import read_data_file
-from destination.shared.on_disk.locations import file_dir
-from destination.shared.storage.opening import open_storage
+from destination.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from tests.batchfiles import write_csv
 from tests.conftest import spec_of

@@ -12,10 +12,10 @@ from typing import Any
 import grpc
 import pytest
 
+from destination.on_disk import layout
 from destination.protocol import sdk
-from destination.shared.on_disk import layout
-from destination.shared.storage.base import StorageSpec
-from destination.shared.storage.opening import open_storage
+from destination.storage.base import StorageSpec
+from destination.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING
 from tests.batchfiles import write_csv

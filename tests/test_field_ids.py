@@ -1,11 +1,11 @@
-"""Field ids (destination/shared/field_ids.py): a pure function of the table definition, stable per column name while
+"""Field ids (destination/model/field_ids.py): a pure function of the table definition, stable per column name while
 the type stays or is promoted the way Iceberg promotes, never reused, and carried by the data file schema."""
 from __future__ import annotations
 
 import json
 
-from destination.shared.field_ids import PARQUET_FIELD_ID, assign, data_file_schema, field_ids
-from destination.shared.table_model import DESTINATION_META, ColumnDef, TableDef
+from destination.model.field_ids import PARQUET_FIELD_ID, assign, data_file_schema, field_ids
+from destination.model.table_model import DESTINATION_META, ColumnDef, TableDef
 
 COLUMNS = (ColumnDef("id", "INT", True), ColumnDef("name", "STRING"), ColumnDef("amount", "DECIMAL", False, 10, 2))
 

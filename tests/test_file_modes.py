@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from destination.shared.storage.local import process_umask
+from destination.storage.local import process_umask
 from tests.rpc_helpers import table
 from tests.test_write_path import SYS, create, write
 

@@ -16,11 +16,11 @@ from destination.catalogs.catalog import catalog_name
 from destination.catalogs.catalog_settings import CatalogSettings
 from destination.catalogs.glue import EntryTaken, glue_keeps
 from destination.catalogs.kinds import follow_hook
-from destination.shared.errors import UserActionRequired
-from destination.shared.on_disk.options import TABLE_FORMATS
-from destination.shared.storage.base import Storage
-from destination.shared.storage.opening import open_storage
-from destination.shared.table_model import TableDef
+from destination.model.table_model import TableDef
+from destination.on_disk.options import TABLE_FORMATS
+from destination.runtime.errors import UserActionRequired
+from destination.storage.base import Storage
+from destination.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from destination.table_formats.iceberg import file_io_properties
 from tests.conftest import spec_of

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from destination.protocol import common, sdk
-from destination.shared.storage.opening import open_storage
+from destination.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from tests.conftest import spec_of
 from tests.reference_model import TMAX, Model, history_violations

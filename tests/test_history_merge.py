@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from destination.shared.keys import key_tokens
-from destination.shared.table_model import ColumnDef, TableDef
-from destination.shared.type_mapping import arrow_schema
+from destination.model.keys import key_tokens
+from destination.model.table_model import ColumnDef, TableDef
+from destination.model.type_mapping import arrow_schema
 from spark_jobs.history import TMAX_US, merge_history_rows
 from spark_jobs.merge import key_columns
 from spark_jobs.operations import CHANGES, KEY, OP, OP_DELETE, OP_EARLIEST, OP_REPLACE, OP_UPDATE, SEQ, UNMOD

@@ -225,7 +225,7 @@ def test_wrong_mode_missing_table_and_live_mode(setup: Setup) -> None:
 @pytest.mark.parametrize("operation", ["copy_table", "copy_table_to_history_mode"])
 def test_a_failed_copy_leaves_the_existing_target_as_it_was(setup: Setup, spark, operation: str) -> None:  # type: ignore[no-untyped-def]
     """A crash before the commit record: the target keeps its earlier version, the source is untouched."""
-    from destination.shared.storage.opening import open_storage
+    from destination.storage.opening import open_storage
     from destination.store.table_store import TableStore
     from destination.write import history_migrations, migrations
     from destination.write.writers import writers

@@ -20,11 +20,11 @@ from pyiceberg.io.pyarrow import UnsupportedPyArrowTypeException
 from pyiceberg.manifest import ManifestEntryStatus
 from pyiceberg.table import StaticTable
 
-from destination.shared.field_ids import assign
-from destination.shared.on_disk.datafiles import write_data_file
-from destination.shared.storage.base import Storage
-from destination.shared.table_model import DESTINATION_META, ColumnDef, TableDef
-from destination.shared.type_mapping import arrow_schema
+from destination.model.field_ids import assign
+from destination.model.table_model import DESTINATION_META, ColumnDef, TableDef
+from destination.model.type_mapping import arrow_schema
+from destination.on_disk.datafiles import write_data_file
+from destination.storage.base import Storage
 from destination.table_formats.iceberg import LEFT_OUT, PRIMARY_KEY, IcebergFormat
 from destination.table_formats.version import LakeFile, LakeVersion
 from tests import lake_readers
@@ -223,8 +223,8 @@ def test_every_fivetran_type_reads_back(storage: Storage) -> None:
 
 
 def test_commit_is_idempotent_and_a_losing_writer_leaves_nothing(tmp_path: Path) -> None:
-    from destination.shared.storage.base import StorageSpec
-    from destination.shared.storage.opening import open_storage
+    from destination.storage.base import StorageSpec
+    from destination.storage.opening import open_storage
 
     storage = open_storage(StorageSpec(root=str(tmp_path / "root")))
     lake = Lake(storage)
@@ -412,8 +412,8 @@ def test_a_table_another_writer_replaced_is_built_on_as_it_stands_not_as_this_pr
 def test_registers_in_a_sql_catalog(tmp_path: Path) -> None:
     from pyiceberg.catalog.sql import SqlCatalog
 
-    from destination.shared.storage.base import StorageSpec
-    from destination.shared.storage.opening import open_storage
+    from destination.storage.base import StorageSpec
+    from destination.storage.opening import open_storage
 
     lake = Lake(open_storage(StorageSpec(root=str(tmp_path / "root"))))
     lake.commit(1, BASE, [lake.write(1, BASE, _rows(range(0, 4)))])
@@ -428,8 +428,8 @@ def test_registers_in_a_sql_catalog(tmp_path: Path) -> None:
 def test_a_zero_row_file_is_committed_without_warnings(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """An empty table is one zero-row data file, whose footer holds no statistics: no warning per column (pyiceberg
     logs one for every column whose statistics are missing), and the snapshot reads back empty."""
-    from destination.shared.storage.base import StorageSpec
-    from destination.shared.storage.opening import open_storage
+    from destination.storage.base import StorageSpec
+    from destination.storage.opening import open_storage
 
     lake = Lake(open_storage(StorageSpec(root=str(tmp_path))))
     empty = lake.write(1, BASE, _rows(range(0)))

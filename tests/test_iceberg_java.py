@@ -17,9 +17,9 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-from destination.shared.storage.base import Storage, StorageSpec
-from destination.shared.storage.opening import open_storage
-from destination.shared.table_model import DESTINATION_META, ColumnDef
+from destination.model.table_model import DESTINATION_META, ColumnDef
+from destination.storage.base import Storage, StorageSpec
+from destination.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from destination.store.versions import TableVersion
 from destination.tester.harness import Harness

@@ -27,8 +27,8 @@ from destination.iceberg_rest.server import IcebergRestOptions, IcebergRestServe
 from destination.iceberg_rest.tables import RECHECK_SECONDS, RootTables, served_name
 from destination.iceberg_rest.warehouses import Warehouses
 from destination.rpc.service import DestinationService
-from destination.shared.storage.base import Storage, StorageSpec
-from destination.shared.storage.opening import open_storage
+from destination.storage.base import Storage, StorageSpec
+from destination.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from destination.store.versions import TableVersion
 from destination.table_formats.sync import FollowFormats, formats_named

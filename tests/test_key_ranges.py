@@ -1,4 +1,4 @@
-"""The per-column key ranges of `_files.json` (destination.shared.on_disk.datafiles.key_range): each key column's
+"""The per-column key ranges of `_files.json` (destination.on_disk.datafiles.key_range): each key column's
 min and max in the form JSON keeps exactly, for every key type that keeps one, composite and history keys, and
 none where NaN, infinity, NULL-only or long text leave no exact bound. (Placement routes keys by each file's first
 and last key instead: tests/test_placement.py.)"""
@@ -10,10 +10,10 @@ import decimal
 import pyarrow as pa
 import pytest
 
-from destination.shared.key_order import keys_from_json
-from destination.shared.on_disk.datafiles import DataFile, key_range
-from destination.shared.table_model import ColumnDef, TableDef
-from destination.shared.type_mapping import arrow_type
+from destination.model.key_order import keys_from_json
+from destination.model.table_model import ColumnDef, TableDef
+from destination.model.type_mapping import arrow_type
+from destination.on_disk.datafiles import DataFile, key_range
 from spark_jobs.tasks.key_ranges import _lies_within
 
 

@@ -15,8 +15,8 @@ import grpc
 import pytest
 
 from destination.protocol import sdk
-from destination.shared.settings import ServerOptions
-from destination.shared.storage.opening import open_storage
+from destination.runtime.settings import ServerOptions
+from destination.storage.opening import open_storage
 from destination.tester.batchgen import csv_bytes, parquet_bytes, seal
 from destination.write.staging import STAGING_DIR
 from tests.conftest import spec_of

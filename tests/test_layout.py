@@ -1,7 +1,8 @@
-"""The import direction of docs/ARCHITECTURE.md "Where code runs", read from the folders: `destination/shared/` runs on
-the driver and inside Spark tasks and imports no other layer; `spark_jobs/` runs inside tasks and imports only shared
+"""The import direction of docs/ARCHITECTURE.md "Where code runs", read from the folders: the model, storage, batch files,
+on-disk layout, change files, records formats and runtime folders run on the driver and inside Spark tasks and import
+no other layer; `spark_jobs/` runs inside tasks and imports only that
 code; every other folder of `destination/` is driver code, whose layers point one way (cli → rpc → write/store →
-spark_jobs → shared; table formats and catalogs follow the store's commits; commands and the tester beside them).
+spark_jobs → the code of both; table formats and catalogs follow the store's commits; commands and the tester beside them).
 `bench/` drives a real server like a user and may start the services of `testbed/`, never import `tests/`. Every
 import counts, relative ones and a function's own included."""
 from __future__ import annotations
@@ -15,7 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("destination", "spark_jobs", "bench", "testbed")
 PROJECT = PACKAGES + ("tests",)
 
-SHARED = ("destination.shared",)
+SHARED = ("destination.model", "destination.storage", "destination.batch_files", "destination.on_disk",
+          "destination.changes", "destination.records_formats", "destination.runtime")
 TASKS = ("spark_jobs",)
 ENTRY = ("destination.cli",)
 RPC = ("destination.rpc",)
@@ -33,8 +35,8 @@ TESTS = ("tests",)
 
 # (importer, what it must not import, why)
 RULES = [
-    (SHARED, DRIVER + TASKS + BENCH + TESTBED + TESTS, "destination.shared runs in tasks too: it imports no task or driver code"),
-    (TASKS, DRIVER + BENCH + TESTBED + TESTS, "spark_jobs runs inside Spark tasks: it imports only destination.shared"),
+    (SHARED, DRIVER + TASKS + BENCH + TESTBED + TESTS, "the code of the driver and the tasks alike imports no task or driver code"),
+    (TASKS, DRIVER + BENCH + TESTBED + TESTS, "spark_jobs runs inside Spark tasks: it imports only the code of the driver and the tasks alike"),
     (WRITE, ENTRY + RPC + PROTOCOL + COMMANDS + TESTER + FORMATS + ICEBERG_REST + BENCH + TESTBED + TESTS,
      "write and store are driver orchestration below the RPC layer; the store is given the formats, not importing them"),
     (FORMATS, ENTRY + RPC + PROTOCOL + COMMANDS + TESTER + ICEBERG_REST + TASKS + ("destination.write",) + BENCH + TESTBED + TESTS,
@@ -108,9 +110,9 @@ def test_the_check_reads_the_tree() -> None:
 
 
 def test_a_relative_import_across_layers_is_caught() -> None:
-    """A relative import counts like an absolute one (`from ...write import runner` inside destination.shared)."""
-    assert imports_of("destination.shared.changes.files", "from ...write import runner\n") >= {"destination.write.runner"}
-    wrong = wrong_imports("destination.shared.changes.files", "from ...write import runner\n")
+    """A relative import counts like an absolute one (`from ..write import runner` inside destination.model)."""
+    assert imports_of("destination.changes.files", "from ..write import runner\n") >= {"destination.write.runner"}
+    wrong = wrong_imports("destination.changes.files", "from ..write import runner\n")
     assert [i for i, _ in wrong] == ["destination.write", "destination.write.runner"]
     assert wrong_imports("spark_jobs.tasks", "from .. import merge\nfrom ..contracts import JobContext\n",
                          is_package=True) == []
@@ -118,7 +120,7 @@ def test_a_relative_import_across_layers_is_caught() -> None:
 
 
 def test_every_module_has_a_place() -> None:
-    """Every module of `destination` is in a known layer's folder: the shared folder, or a driver package or module.
+    """Every module of `destination` is in a known layer's folder: a folder of the code of both, or a driver package or module.
     A new package must be added to a layer here and to docs/ARCHITECTURE.md."""
     placed = SHARED + DRIVER
     unplaced = [name for name, _ in MODULES if name.startswith("destination.") and not _under(name, placed)]

@@ -11,14 +11,14 @@ import pyarrow as pa
 import pytest
 
 from destination.commands.validator import validate_table, validate_version
+from destination.on_disk import layout, records
+from destination.on_disk.datafiles import align, read_data_file, write_data_file
+from destination.on_disk.locations import file_dir
+from destination.on_disk.options import COMPLETE, REFERENCING, Retention, StoreOptions, store_options
 from destination.rpc.configuration import known_fields, unknown_fields_message
-from destination.shared.errors import UserActionRequired
-from destination.shared.on_disk import layout, records
-from destination.shared.on_disk.datafiles import align, read_data_file, write_data_file
-from destination.shared.on_disk.locations import file_dir
-from destination.shared.on_disk.options import COMPLETE, REFERENCING, Retention, StoreOptions, store_options
-from destination.shared.storage.base import Storage, StorageSpec
-from destination.shared.storage.opening import open_storage
+from destination.runtime.errors import UserActionRequired
+from destination.storage.base import Storage, StorageSpec
+from destination.storage.opening import open_storage
 from destination.store import carry as carry_module
 from destination.store.table_store import TableStore
 from destination.store.versions import PendingVersion, TableVersion, VersionTarget

@@ -14,10 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from destination.commands.validator import validate_table
-from destination.shared.on_disk import layout, records
-from destination.shared.on_disk.datafiles import write_data_file
-from destination.shared.on_disk.options import COMPLETE, LAYOUTS, TABLE_FORMATS
-from destination.shared.storage.base import Storage, StorageError
+from destination.on_disk import layout, records
+from destination.on_disk.datafiles import write_data_file
+from destination.on_disk.options import COMPLETE, LAYOUTS, TABLE_FORMATS
+from destination.storage.base import Storage, StorageError
 from destination.store.log_pruning import PRUNING_STEPS
 from destination.store.table_store import Retention, TableStore
 from destination.store.versions import FaultHook, PendingVersion, TableVersion, VersionTarget
@@ -154,7 +154,7 @@ def read_records(storage: Storage, version: TableVersion, columns: tuple[str, ..
 
 @pytest.mark.integration  # hundreds of commits: a workload, not the quick tier
 def test_readers_read_every_retained_version_after_a_thousand_small_syncs(tmp_path: Any) -> None:
-    from destination.shared.storage.opening import open_storage
+    from destination.storage.opening import open_storage
     from tests.conftest import spec_of
     storage = open_storage(spec_of({"root": str(tmp_path / "root")}))
     store = lake_store(storage)

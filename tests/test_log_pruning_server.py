@@ -11,11 +11,11 @@ import grpc
 import pytest
 
 from destination.commands.validator import validate_table
+from destination.on_disk import layout
+from destination.on_disk.options import MIN_AGE_FIELD, VERSIONS_FIELD, Retention
 from destination.protocol import sdk
-from destination.shared.on_disk import layout
-from destination.shared.on_disk.options import MIN_AGE_FIELD, VERSIONS_FIELD, Retention
-from destination.shared.storage.base import StorageSpec
-from destination.shared.storage.opening import open_storage
+from destination.storage.base import StorageSpec
+from destination.storage.opening import open_storage
 from destination.store.log_pruning import PRUNING_STEPS
 from destination.store.table_store import EXIT_AT_CODE, EXIT_AT_ENV, TableStore
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING

@@ -5,9 +5,9 @@ import uuid
 
 import pytest
 
+from destination.on_disk import layout
 from destination.protocol import sdk
-from destination.shared.on_disk import layout
-from destination.shared.storage.opening import open_storage
+from destination.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from tests.conftest import s3_configuration, spec_of
 from tests.rpc_helpers import describe, rows_of, table

@@ -13,9 +13,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from destination.shared.keys import bisected, key_tokens, matched_keys
-from destination.shared.table_model import ColumnDef, TableDef
-from destination.shared.type_mapping import arrow_schema
+from destination.model.keys import bisected, key_tokens, matched_keys
+from destination.model.table_model import ColumnDef, TableDef
+from destination.model.type_mapping import arrow_schema
 from spark_jobs.merge import key_columns, merge_rows, same_values, taken_in_order
 from spark_jobs.operations import CHANGES, KEY, OP, OP_DELETE, OP_REPLACE, OP_UPDATE, SEQ, UNMOD
 

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
+from destination.on_disk.datafiles import read_data_file
+from destination.on_disk.locations import file_dir
 from destination.protocol import common, sdk
-from destination.shared.on_disk.datafiles import read_data_file
-from destination.shared.on_disk.locations import file_dir
-from destination.shared.storage.opening import open_storage
+from destination.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from tests.conftest import spec_of
 from tests.rpc_helpers import describe, rows_of, table

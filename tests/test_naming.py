@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from destination.shared.errors import BadRequest
-from destination.shared.on_disk.layout import table_prefix
-from destination.shared.on_disk.naming import MAX_FOLDER_BYTES, NAME_OBJECT, decode_name, encode_name, is_shortened
+from destination.on_disk.layout import table_prefix
+from destination.on_disk.naming import MAX_FOLDER_BYTES, NAME_OBJECT, decode_name, encode_name, is_shortened
+from destination.runtime.errors import BadRequest
 
 
 @pytest.mark.parametrize("name", ["plain_name-1", "with space", "dots.in.name", 'quo"te', "ünïcødé_表", "..", "a/b",

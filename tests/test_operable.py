@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from destination.protocol import common, sdk, sdk_grpc
 from destination.rpc.server import start_status
 from destination.rpc.service import DestinationService
-from destination.shared.storage.opening import open_storage
+from destination.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from destination.tester.display import CallProgress, render
 from destination.tester.harness import Harness
@@ -354,7 +354,7 @@ def test_dockerfile_healthcheck_has_no_fixed_port() -> None:
 
 
 def test_log_lines_carry_account_group_and_request(capsys: pytest.CaptureFixture[str]) -> None:
-    from destination.shared import logs
+    from destination.runtime import logs
 
     try:
         logs.set_process_context(account_name="acme", group_name="")
@@ -370,7 +370,7 @@ def test_log_lines_carry_account_group_and_request(capsys: pytest.CaptureFixture
 
 
 def test_settings_read_the_operability_options() -> None:
-    from destination.shared.settings import server_options
+    from destination.runtime.settings import server_options
 
     options = server_options(root="r", batch_file_format="csv", spark_master="local[1]", metrics_port=9464,
                              spark_ui_port=4040, environ={"RECORDS_DESTINATION_PROGRESS_INTERVAL": "0.5",

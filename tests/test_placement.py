@@ -1,4 +1,4 @@
-"""Key order and unit planning (destination.shared.key_order, destination.shared.placement): pure functions, no Spark."""
+"""Key order and unit planning (destination.model.key_order, destination.on_disk.placement): pure functions, no Spark."""
 from __future__ import annotations
 
 import decimal
@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from destination.shared.key_order import (
+from destination.model.key_order import (
     count_bounds_below,
     first_and_last,
     keys_from_json,
@@ -18,9 +18,9 @@ from destination.shared.key_order import (
     sorted_span,
     within,
 )
-from destination.shared.on_disk.datafiles import DataFile
-from destination.shared.placement import TIER_FAN_IN, KeySample, plan_units
-from destination.shared.table_model import ColumnDef, TableDef
+from destination.model.table_model import ColumnDef, TableDef
+from destination.on_disk.datafiles import DataFile
+from destination.on_disk.placement import TIER_FAN_IN, KeySample, plan_units
 
 pytestmark = pytest.mark.unit
 
@@ -42,7 +42,7 @@ def _def(*cols: tuple[str, str]) -> TableDef:
 def test_keys_round_trip_through_json_exactly(ty: str, values: list[object]) -> None:
     col = ColumnDef("k", ty, primary_key=True, precision=7 if ty == "DECIMAL" else None, scale=2 if ty == "DECIMAL" else None)
     table_def = TableDef("t", (col,))
-    from destination.shared.type_mapping import arrow_type
+    from destination.model.type_mapping import arrow_type
     keys = pa.table({"k": pa.array(values, arrow_type(col))})
     back = keys_from_json(keys_to_json(keys, table_def), table_def)
     assert back.schema == keys.schema

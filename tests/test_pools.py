@@ -1,4 +1,4 @@
-"""Process-wide thread pools (destination/shared/pools.py): one per name per process, and a new one in a forked
+"""Process-wide thread pools (destination/runtime/pools.py): one per name per process, and a new one in a forked
 child, where the parent's pool has no threads left to run anything submitted to it."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from destination.shared.pools import shared_pool
+from destination.runtime.pools import shared_pool
 
 pytestmark = pytest.mark.unit
 

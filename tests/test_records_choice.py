@@ -9,11 +9,11 @@ import pytest
 
 from destination.catalogs.catalog_settings import catalog_settings
 from destination.catalogs.kinds import check_store_options
+from destination.model.table_model import ColumnDef, TableDef
+from destination.on_disk.options import describes, store_options
+from destination.records_formats.choice import RecordsChoice, records_choice
 from destination.rpc.configuration import configuration_form, unknown_fields_message
-from destination.shared.errors import BadRequest, UserActionRequired
-from destination.shared.on_disk.options import describes, store_options
-from destination.shared.records_formats.choice import RecordsChoice, records_choice
-from destination.shared.table_model import ColumnDef, TableDef
+from destination.runtime.errors import BadRequest, UserActionRequired
 
 CSV_ISO = {"records_format": "delimited", "records_variant": "csv", "records_dateformat": "YYYY-MM-DD",
            "records_datetimeformat": "YYYY-MM-DD HH24:MI:SS", "records_datetimeformattz": "YYYY-MM-DD HH:MI:SSOF"}

@@ -1,4 +1,4 @@
-"""The records formats' codecs (destination/shared/records_formats/): Avro and every delimited variant, each checked against
+"""The records formats' codecs (destination/records_formats/): Avro and every delimited variant, each checked against
 an oracle that is not the codec: fastavro's own reading with logical types, Python's `csv` module configured only
 from the written hints, records-mover loading the `_format_*` strictly and reading the directory into pandas."""
 from __future__ import annotations
@@ -22,11 +22,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from destination.shared.errors import BadRequest, DamagedDataFile, UserActionRequired
-from destination.shared.records_formats import hints as hints_mod
-from destination.shared.records_formats.codec import Codec, codec
-from destination.shared.table_model import ColumnDef, TableDef
-from destination.shared.type_mapping import arrow_schema
+from destination.model.table_model import ColumnDef, TableDef
+from destination.model.type_mapping import arrow_schema
+from destination.records_formats import hints as hints_mod
+from destination.records_formats.codec import Codec, codec
+from destination.runtime.errors import BadRequest, DamagedDataFile, UserActionRequired
 from tests.records_directory import write_directory
 
 UTC = dt.UTC
@@ -207,7 +207,7 @@ def test_avro_round_trips_every_value_and_fastavro_reads_them_exactly() -> None:
 
 @pytest.mark.parametrize("rows", [0, 1, 3000])
 def test_avro_files_of_no_row_one_row_and_many_blocks(monkeypatch: pytest.MonkeyPatch, rows: int) -> None:
-    from destination.shared.records_formats import avro_encode
+    from destination.records_formats import avro_encode
 
     monkeypatch.setattr(avro_encode, "_BLOCK_BYTES", 5000)  # blocks of a few rows
     every = edge_table()
@@ -492,7 +492,7 @@ def _fastavro_table(raw: bytes, table_def: TableDef) -> pa.Table:
 
 @pytest.mark.parametrize("rows", [0, 1, 3000])
 def test_the_fast_avro_reader_reads_every_value_as_fastavro_does(monkeypatch: pytest.MonkeyPatch, rows: int) -> None:
-    from destination.shared.records_formats import avro, avro_decode, avro_encode
+    from destination.records_formats import avro, avro_decode, avro_encode
 
     monkeypatch.setattr(avro_encode, "_BLOCK_BYTES", 5000)  # many blocks
     every = edge_table()
@@ -511,7 +511,7 @@ def test_the_fast_avro_reader_reads_every_value_as_fastavro_does(monkeypatch: py
 def test_avro_files_written_before_field_ids_and_iceberg_timestamps_read_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
     """Files written before the fields carried `field-id` and timestamps Iceberg's `adjust-to-utc` (a timestamp
     without zone was `local-timestamp-micros`) hold the same bytes: they take the fast path and read as before."""
-    from destination.shared.records_formats import avro, avro_decode
+    from destination.records_formats import avro, avro_decode
 
     current = avro.avro_schema(TABLE_DEF)
     earlier = {**current, "fields": [
@@ -540,7 +540,7 @@ def _earlier_type(avro_type: Any) -> Any:
 def test_an_avro_file_the_fast_reader_cannot_type_exactly_is_read_by_fastavro() -> None:
     """fastavro's writer encodes decimals in their fewest bytes (the codec: full width) and may use another block
     codec: the fast reader declines and the file reads through fastavro, the same values."""
-    from destination.shared.records_formats import avro, avro_decode
+    from destination.records_formats import avro, avro_decode
 
     table = edge_table()
     schema = avro.avro_schema(TABLE_DEF)
@@ -556,7 +556,7 @@ def test_an_avro_file_the_fast_reader_cannot_type_exactly_is_read_by_fastavro() 
 def test_values_a_variant_cannot_hold_are_counted_in_large_string_and_binary_columns_too() -> None:
     """Empty text and binary become NULL in a delimited file: `unheld_values` counts them whatever the Arrow width
     of the column (a large_string column would otherwise slip past the check, its empty values NULL uncounted)."""
-    from destination.shared.records_formats.delimited import unheld_values
+    from destination.records_formats.delimited import unheld_values
 
     table_def = TableDef("t", (ColumnDef("id", "INT", primary_key=True), ColumnDef("name", "STRING"),
                                ColumnDef("payload", "BINARY")))
@@ -647,11 +647,11 @@ def test_a_damaged_delimited_file_is_refused_naming_the_file_table_and_column_no
     """A value this codec would not have written (another writer's boolean spelling, a time without its six-digit
     fraction or beyond the day, a number out of range) is refused, never read as another value; the error names where,
     and leaves the value out (row data)."""
-    from destination.shared.on_disk.datafiles import read_data_file
-    from destination.shared.on_disk.records import TABLE_JSON
-    from destination.shared.records_formats.choice import records_choice
-    from destination.shared.storage.base import StorageSpec
-    from destination.shared.storage.local import LocalStorage
+    from destination.on_disk.datafiles import read_data_file
+    from destination.on_disk.records import TABLE_JSON
+    from destination.records_formats.choice import records_choice
+    from destination.storage.base import StorageSpec
+    from destination.storage.local import LocalStorage
 
     chosen = codec("delimited", "bluelabs", {"compression": None})
     good = io.BytesIO()
@@ -679,11 +679,11 @@ def test_a_damaged_delimited_file_is_refused_naming_the_file_table_and_column_no
 ])
 def test_a_damaged_avro_or_compressed_delimited_file_is_a_task_naming_the_file_and_table(
         tmp_path: Path, records_format: str, variant: str | None, compression: str, damage: str) -> None:
-    from destination.shared.on_disk.datafiles import read_data_file, write_data_file
-    from destination.shared.on_disk.records import TABLE_JSON
-    from destination.shared.records_formats.choice import records_choice
-    from destination.shared.storage.base import StorageSpec
-    from destination.shared.storage.local import LocalStorage
+    from destination.on_disk.datafiles import read_data_file, write_data_file
+    from destination.on_disk.records import TABLE_JSON
+    from destination.records_formats.choice import records_choice
+    from destination.storage.base import StorageSpec
+    from destination.storage.local import LocalStorage
 
     storage = LocalStorage(StorageSpec(str(tmp_path)))
     fields = {"records_format": records_format, "records_compression": compression,
@@ -730,7 +730,7 @@ def test_the_fast_avro_reader_leaves_a_file_with_a_damaged_sync_marker_to_fastav
         monkeypatch: pytest.MonkeyPatch, blocks: int) -> None:
     """polars reads a block's bytes without checking the marker after them: the fast reader checks every block's
     against the header's, as fastavro does, so a damaged file is refused, never read as rows."""
-    from destination.shared.records_formats import avro, avro_decode, avro_encode
+    from destination.records_formats import avro, avro_decode, avro_encode
 
     table = edge_table()
     monkeypatch.setattr(avro_encode, "_BLOCK_BYTES", max(1, table.nbytes // blocks))
@@ -763,9 +763,9 @@ def test_a_file_without_the_header_row_its_variant_writes_is_refused_without_its
 
 @pytest.mark.parametrize("damage", ["truncated", "overwritten", "pages"])
 def test_a_damaged_parquet_data_file_is_a_task_naming_the_file(tmp_path: Path, damage: str) -> None:
-    from destination.shared.on_disk.datafiles import read_data_file
-    from destination.shared.storage.base import StorageSpec
-    from destination.shared.storage.local import LocalStorage
+    from destination.on_disk.datafiles import read_data_file
+    from destination.storage.base import StorageSpec
+    from destination.storage.local import LocalStorage
 
     storage = LocalStorage(StorageSpec(str(tmp_path)))
     whole = io.BytesIO()

@@ -17,13 +17,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from destination.changes.replay import net_between, read_version
 from destination.cli import main
+from destination.on_disk import layout
+from destination.on_disk.locations import file_path
 from destination.protocol import sdk
-from destination.shared.changes.replay import net_between, read_version
-from destination.shared.on_disk import layout
-from destination.shared.on_disk.locations import file_path
-from destination.shared.storage.base import Storage
-from destination.shared.storage.opening import open_storage
+from destination.storage.base import Storage
+from destination.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from destination.store.versions import TableVersion
 from tests.batchfiles import write_csv

@@ -1,4 +1,4 @@
-"""The per-request phase times (destination/shared/phases.py): the recorder's arithmetic against a clock the test drives,
+"""The per-request phase times (destination/runtime/phases.py): the recorder's arithmetic against a clock the test drives,
 and the `phases` field of a real WriteBatch's log line through the gRPC server."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from prometheus_client import REGISTRY
 from bench.batches import write_batch_file
 from bench.data import COLUMNS, KEY, Pools, column_names, plain_rows, system_columns, text_table
 from destination.protocol import sdk
-from destination.shared import phases
+from destination.runtime import phases
 from destination.table_formats.version import FormatLog
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING
 from tests.rpc_helpers import table
@@ -128,7 +128,7 @@ class _SleepingFormat:
                log: FormatLog | None = None) -> None:
         import time
 
-        from destination.shared import logs
+        from destination.runtime import logs
 
         logs.info(f"{self.name} committing")
         time.sleep(self.seconds)
@@ -139,9 +139,9 @@ def test_formats_beside_the_request_are_timed_by_the_wait_for_them_and_log_for_i
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Iceberg commits in a pool thread beside Delta: the request's `iceberg` phase holds the time it waited for it
     after Delta's commit (not the enclosing `retention`), and the pool thread logs with the request's fields."""
-    from destination.shared import logs
-    from destination.shared.storage.base import StorageSpec
-    from destination.shared.storage.opening import open_storage
+    from destination.runtime import logs
+    from destination.storage.base import StorageSpec
+    from destination.storage.opening import open_storage
     from destination.store.table_store import TableStore
     from destination.table_formats.sync import FollowFormats
     from tests.test_table_store import SCHEMA, appender

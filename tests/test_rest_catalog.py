@@ -21,12 +21,12 @@ from destination.catalogs.catalog import CatalogRefused, CatalogUnavailable, For
 from destination.catalogs.catalog_settings import CatalogSettings, catalog_settings
 from destination.catalogs.kinds import follow_hook
 from destination.catalogs.rest import VERSION_PROPERTY, RestCatalog, rest_keeps
-from destination.shared.errors import UserActionRequired
-from destination.shared.on_disk import layout
-from destination.shared.on_disk.datafiles import write_data_file
-from destination.shared.on_disk.options import TABLE_FORMATS
-from destination.shared.storage.base import Storage, StorageSpec
-from destination.shared.table_model import ColumnDef
+from destination.model.table_model import ColumnDef
+from destination.on_disk import layout
+from destination.on_disk.datafiles import write_data_file
+from destination.on_disk.options import TABLE_FORMATS
+from destination.runtime.errors import UserActionRequired
+from destination.storage.base import Storage, StorageSpec
 from destination.store.table_store import Retention, TableStore
 from destination.store.versions import PendingVersion, TableVersion, VersionTarget
 from destination.table_formats.iceberg import file_io_properties
@@ -226,7 +226,7 @@ def test_an_unreachable_catalog_is_unavailable_after_the_retries(storage: Storag
 
 
 def test_the_rest_fields_are_checked_and_the_credentials_kept_out_of_reprs() -> None:
-    from destination.shared.errors import UserActionRequired
+    from destination.runtime.errors import UserActionRequired
 
     base = {"catalog": "rest", "rest_uri": "https://catalog.example.com/api/catalog/"}
     with pytest.raises(UserActionRequired, match="'rest_uri' must be the Iceberg REST catalog's URL"):

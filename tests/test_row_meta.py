@@ -1,4 +1,4 @@
-"""`_destination_meta` is built and edited in one module (destination.shared.row_meta): every text it writes is JSON with
+"""`_destination_meta` is built and edited in one module (destination.model.row_meta): every text it writes is JSON with
 the version first, so a restamp works on any of them, whoever wrote the row."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pyarrow as pa
 
-from destination.shared import row_meta
-from destination.shared.conversion import NULLED, SERIALIZATION_ERROR, Failure
+from destination.model import row_meta
+from destination.model.conversion import NULLED, SERIALIZATION_ERROR, Failure
 
 
 def _failure(row: int, field: str) -> Failure:

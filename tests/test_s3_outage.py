@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from destination.protocol import sdk
-from destination.shared.storage.opening import open_storage
+from destination.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING
 from tests.batchfiles import write_csv
@@ -121,8 +121,8 @@ def test_a_body_broken_off_while_a_small_object_is_read_is_read_again(through_pr
     """A data file of known size is read with one GET (Storage.open_input): a connection dropped in the middle of
     its body (botocore retries a request, not the reading of its body) is read again, and once every attempt broke
     off the read is StorageUnavailable (Fivetran retries), not a StorageError."""
-    from destination.shared.errors import StorageUnavailable
-    from destination.shared.storage.s3 import retry_attempts
+    from destination.runtime.errors import StorageUnavailable
+    from destination.storage.s3 import retry_attempts
 
     storage = open_storage(spec_of(through_proxy))
     data = bytes(range(256)) * 800  # 200 KB

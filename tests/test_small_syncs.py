@@ -9,9 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from destination.on_disk import layout
 from destination.protocol import sdk
-from destination.shared.on_disk import layout
-from destination.shared.storage.opening import open_storage
+from destination.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from tests.batchfiles import write_csv
 from tests.change_consumer import replay

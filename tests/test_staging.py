@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from destination.shared.storage.base import Storage
-from destination.shared.table_model import ColumnDef, TableDef
+from destination.model.table_model import ColumnDef, TableDef
+from destination.storage.base import Storage
 from destination.write.batches import plan_batch
 from destination.write.staging import STAGING_DIR, STALE_SECONDS, request_directory, staged, staged_for_executors
 from spark_jobs.operations import file_operations

@@ -15,17 +15,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from destination.changes import cdf
+from destination.changes.replay import read_version
 from destination.cli import main as cli_main
-from destination.shared.changes import cdf
-from destination.shared.changes.replay import read_version
-from destination.shared.errors import StorageError
-from destination.shared.on_disk import layout, records
-from destination.shared.on_disk.datafiles import align, read_data_file, write_data_file
-from destination.shared.on_disk.locations import file_dir
-from destination.shared.on_disk.options import COMPLETE, TABLE_FORMATS
-from destination.shared.storage.base import Storage, StorageSpec
-from destination.shared.storage.opening import open_storage
-from destination.shared.table_model import DESTINATION_META, ColumnDef, TableDef
+from destination.model.table_model import DESTINATION_META, ColumnDef, TableDef
+from destination.on_disk import layout, records
+from destination.on_disk.datafiles import align, read_data_file, write_data_file
+from destination.on_disk.locations import file_dir
+from destination.on_disk.options import COMPLETE, TABLE_FORMATS
+from destination.runtime.errors import StorageError
+from destination.storage.base import Storage, StorageSpec
+from destination.storage.opening import open_storage
 from destination.store.table_store import Retention, TableStore
 from destination.store.versions import PendingVersion, TableVersion, VersionTarget
 from destination.table_formats.iceberg import NAME_MAPPING

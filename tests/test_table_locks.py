@@ -8,7 +8,7 @@ import time
 import pytest
 
 from destination.rpc.table_locks import TableLocks
-from destination.shared.errors import CommitConflict
+from destination.runtime.errors import CommitConflict
 
 pytestmark = pytest.mark.unit
 

@@ -11,12 +11,12 @@ import pyarrow as pa
 import pytest
 
 from destination.commands.validator import validate_version
-from destination.shared.on_disk import layout
-from destination.shared.on_disk.datafiles import align, read_data_file, write_data_file, write_sorted_files
-from destination.shared.on_disk.locations import file_dir
-from destination.shared.pools import Started
-from destination.shared.storage.base import Storage
-from destination.shared.table_model import ColumnDef, TableDef
+from destination.model.table_model import ColumnDef, TableDef
+from destination.on_disk import layout
+from destination.on_disk.datafiles import align, read_data_file, write_data_file, write_sorted_files
+from destination.on_disk.locations import file_dir
+from destination.runtime.pools import Started
+from destination.storage.base import Storage
 from destination.store.table_store import Retention, TableStore
 from destination.store.versions import CommitEvent, PendingVersion, TableVersion, VersionTarget
 
@@ -181,7 +181,7 @@ def test_a_leftover_claimed_version_is_cleared_by_the_next_writer(storage: Stora
 
 def test_a_busy_table_lock_taken_with_a_timeout_is_a_commit_conflict() -> None:
     from destination.rpc.table_locks import TableLocks
-    from destination.shared.errors import CommitConflict
+    from destination.runtime.errors import CommitConflict
 
     locks = TableLocks()
     with locks.hold("root", "s", "target"):
@@ -221,7 +221,7 @@ def test_only_columns_whose_values_repeat_are_dictionary_encoded(storage: Storag
 def test_the_dictionary_choice_counts_distinct_values_of_the_sample_without_nulls() -> None:
     """The rule at its edge, against a model in plain Python: a column is dictionary encoded when at most half of
     the sample's rows hold distinct non-NULL values; NULLs, however many, are not a value of their own."""
-    from destination.shared.on_disk.datafiles import DICTIONARY_SAMPLE_ROWS, dictionary_columns
+    from destination.on_disk.datafiles import DICTIONARY_SAMPLE_ROWS, dictionary_columns
 
     n = DICTIONARY_SAMPLE_ROWS
     half = n // 2

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from destination.model.table_model import ColumnDef, TableDef
+from destination.on_disk import layout
 from destination.protocol import sdk
-from destination.shared.errors import BadBatchFile, DestinationError, RefusedChange, StorageError, UserActionRequired
-from destination.shared.on_disk import layout
-from destination.shared.storage.base import StorageSpec
-from destination.shared.storage.opening import open_storage
-from destination.shared.table_model import ColumnDef, TableDef
+from destination.runtime.errors import BadBatchFile, DestinationError, RefusedChange, StorageError, UserActionRequired
+from destination.storage.base import StorageSpec
+from destination.storage.opening import open_storage
 from destination.write.runner import TaskFailed, TaskTrace, run_shuffled, run_units
 from spark_jobs.contracts import JobContext
 from tests.batchfiles import write_csv

@@ -17,8 +17,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from destination.shared.storage.base import StorageSpec
-from destination.shared.table_model import ColumnDef, TableDef
+from destination.model.table_model import ColumnDef, TableDef
+from destination.storage.base import StorageSpec
 from destination.write.runner import run_units
 from spark_jobs import boundary
 from spark_jobs.contracts import JobContext

@@ -1,4 +1,4 @@
-"""Tiered compaction (destination.shared.placement): a table written by many small syncs keeps files whose sizes
+"""Tiered compaction (destination.on_disk.placement): a table written by many small syncs keeps files whose sizes
 follow the tiers, and each row is rewritten by compaction a bounded number of times over its life, not once per
 sync. The planner decides; a model written here applies its decisions to file statistics (no Spark) and counts, per
 sync, the bytes each row's file was rewritten, against the bound the tiers promise."""
@@ -12,9 +12,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from destination.shared.on_disk.datafiles import DataFile
-from destination.shared.placement import KeySample, plan_units
-from destination.shared.table_model import ColumnDef, TableDef
+from destination.model.table_model import ColumnDef, TableDef
+from destination.on_disk.datafiles import DataFile
+from destination.on_disk.placement import KeySample, plan_units
 
 pytestmark = pytest.mark.unit
 

@@ -15,11 +15,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from destination.commands.validator import validate_table
-from destination.shared.on_disk import layout, records
-from destination.shared.on_disk.datafiles import DataFile
-from destination.shared.on_disk.locations import file_dir
-from destination.shared.storage.base import Storage
-from destination.shared.storage.opening import open_storage
+from destination.on_disk import layout, records
+from destination.on_disk.datafiles import DataFile
+from destination.on_disk.locations import file_dir
+from destination.storage.base import Storage
+from destination.storage.opening import open_storage
 from tests.conftest import spec_of
 from tests.rpc_helpers import table
 from tests.test_write_path import SYS, create, r, write

@@ -16,9 +16,9 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pytest
 
+from destination.model.table_model import TableDef
 from destination.protocol import sdk
-from destination.shared.storage.opening import open_storage
-from destination.shared.table_model import TableDef
+from destination.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING, csv_bytes, seal
 from destination.write import sorted_runs
@@ -337,10 +337,10 @@ def _legacy_table(configuration, t, rows_per_bucket):  # type: ignore[no-untyped
     `_table.json`), each bucket's file holding keys from all over the key space, in no order."""
     import json
 
+    from destination.model.table_model import HASH_BUCKETS
+    from destination.on_disk import records
+    from destination.on_disk.datafiles import align, write_data_file
     from destination.rpc.proto_convert import table_from_proto
-    from destination.shared.on_disk import records
-    from destination.shared.on_disk.datafiles import align, write_data_file
-    from destination.shared.table_model import HASH_BUCKETS
     from destination.store.versions import PendingVersion
 
     store = TableStore(open_storage(spec_of(configuration)))

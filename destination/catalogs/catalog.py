@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
-from destination.shared.errors import CatalogUnreachable, UserActionRequired, scrub
-from destination.shared.table_model import TableDef
+from destination.model.table_model import TableDef
+from destination.runtime.errors import CatalogUnreachable, UserActionRequired, scrub
 
 T = TypeVar("T")
 ATTEMPTS = 4
@@ -110,7 +110,7 @@ def with_retries(described: str, classify: Callable[[Exception], str | None], ac
 def catalog_name(name: str, keeps: Callable[[str], bool], what: str) -> str:
     """A Fivetran schema or table name as the catalog holds it: a character the catalog can hold as it is
     (`keeps`) stays, any other character, and `~` itself, becomes `~XX` per UTF-8 byte (upper-case hex), the
-    escape of destination/shared/on_disk/naming.py, so `decode_name` gives the Fivetran name back. A name of more
+    escape of destination/on_disk/naming.py, so `decode_name` gives the Fivetran name back. A name of more
     than 255 characters after the mapping is refused (a Task)."""
     out: list[str] = []
     for ch in name:

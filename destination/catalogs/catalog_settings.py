@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 
-from destination.shared.errors import UserActionRequired
-from destination.shared.storage.base import StorageSpec
+from destination.runtime.errors import UserActionRequired
+from destination.storage.base import StorageSpec
 
 CATALOG_FIELD = "catalog"
 NO_CATALOG, SQL, GLUE, REST = "none", "sql", "glue", "rest"

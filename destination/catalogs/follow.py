@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from destination.catalogs.catalog import Catalog, DeltaEntries, ForeignEntry, catalog_name, foreign_entry
-from destination.shared import logs, phases
-from destination.shared.on_disk.options import DELTA, ICEBERG, describes
-from destination.shared.storage.base import Storage
-from destination.shared.table_model import TableDef
+from destination.model.table_model import TableDef
+from destination.on_disk.options import DELTA, ICEBERG, describes
+from destination.runtime import logs, phases
+from destination.storage.base import Storage
 from destination.store.table_store import TableStore
 from destination.store.versions import FollowCommit, TableVersion
 from destination.table_formats.iceberg import METADATA, IcebergFormat

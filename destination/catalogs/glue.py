@@ -21,7 +21,7 @@ from typing import Any
 
 from destination.catalogs.catalog import MARK_PROPERTY, ForeignEntry, foreign_entry, with_retries
 from destination.catalogs.catalog_settings import CatalogSettings
-from destination.shared.table_model import TableDef
+from destination.model.table_model import TableDef
 
 TRANSIENT_CODES = {"ThrottlingException", "InternalServiceException", "OperationTimeoutException",
                    "ServiceUnavailableException", "ResourceNumberLimitExceededException"}

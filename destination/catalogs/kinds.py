@@ -5,8 +5,8 @@ from dataclasses import replace
 
 from destination.catalogs.catalog_settings import GLUE, REST, SQL, CatalogSettings
 from destination.catalogs.follow import Registry
-from destination.shared.errors import UserActionRequired
-from destination.shared.on_disk.options import APPLIES, DELTA, FORMATS_FIELD, ICEBERG, StoreOptions
+from destination.on_disk.options import APPLIES, DELTA, FORMATS_FIELD, ICEBERG, StoreOptions
+from destination.runtime.errors import UserActionRequired
 from destination.store.versions import FollowCommit
 
 

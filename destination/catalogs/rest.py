@@ -26,7 +26,7 @@ from typing import Any
 
 from destination.catalogs.catalog import foreign_entry, with_retries
 from destination.catalogs.catalog_settings import CatalogSettings
-from destination.shared.table_model import TableDef
+from destination.model.table_model import TableDef
 
 VERSION_PROPERTY = "records-destination.metadata-location"
 TIMEOUT_SECONDS = (5.0, 30.0)  # connect, read: a catalog that accepts and never answers is unavailable, not a hang

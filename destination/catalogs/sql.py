@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from destination.catalogs.catalog import with_retries
-from destination.shared.table_model import TableDef
+from destination.model.table_model import TableDef
 
 TRANSIENT_SQLSTATES = ("08", "40", "53", "57P")  # connection, rollback/deadlock, resources, operator intervention
 REFUSED_SQLSTATES = ("28", "42501", "3D")  # authorization, insufficient privilege, no such database

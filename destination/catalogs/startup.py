@@ -15,11 +15,11 @@ from contextlib import AbstractContextManager
 
 from destination.catalogs.catalog_settings import CatalogSettings
 from destination.catalogs.kinds import follow_hook
-from destination.shared import logs
-from destination.shared.errors import StorageError
-from destination.shared.on_disk.options import TABLE_FORMATS
-from destination.shared.storage.base import Storage, StorageSpec
-from destination.shared.storage.opening import open_storage
+from destination.on_disk.options import TABLE_FORMATS
+from destination.runtime import logs
+from destination.runtime.errors import StorageError
+from destination.storage.base import Storage, StorageSpec
+from destination.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from destination.table_formats.sync import formats_named, oldest_retained
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from destination.catalogs.catalog_settings import CatalogSettings
 from destination.catalogs.follow import point_entry
 from destination.catalogs.kinds import open_registry
-from destination.shared.errors import DestinationError
-from destination.shared.on_disk.options import DELTA, describes
-from destination.shared.storage.base import Storage
+from destination.on_disk.options import DELTA, describes
+from destination.runtime.errors import DestinationError
+from destination.storage.base import Storage
 from destination.store.table_store import TableStore
 from destination.table_formats.sync import BuiltVersions, applies, bring_up_to_date, formats_named, oldest_retained
 from destination.table_formats.version import ICEBERG

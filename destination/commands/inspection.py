@@ -8,15 +8,15 @@ from typing import Any
 
 import pyarrow as pa
 
-from destination.shared.changes import cdf
-from destination.shared.changes.arcion import value_text
-from destination.shared.changes.replay import net_between, read_range
-from destination.shared.errors import DestinationError, UserActionRequired
-from destination.shared.on_disk.datafiles import align, read_data_file
-from destination.shared.on_disk.locations import file_dir
-from destination.shared.settings import s3_credentials, s3_retry_attempts
-from destination.shared.storage.base import Storage, StorageSpec, local_root_problem
-from destination.shared.storage.opening import open_storage
+from destination.changes import cdf
+from destination.changes.arcion import value_text
+from destination.changes.replay import net_between, read_range
+from destination.on_disk.datafiles import align, read_data_file
+from destination.on_disk.locations import file_dir
+from destination.runtime.errors import DestinationError, UserActionRequired
+from destination.runtime.settings import s3_credentials, s3_retry_attempts
+from destination.storage.base import Storage, StorageSpec, local_root_problem
+from destination.storage.opening import open_storage
 from destination.store.table_store import TableStore
 
 

@@ -21,12 +21,12 @@ from collections.abc import Sequence
 from destination.catalogs.catalog_settings import CatalogSettings
 from destination.catalogs.follow import Registry
 from destination.catalogs.kinds import follow_hook, open_registry
-from destination.shared.changes.change_settings import ChangeSettings
-from destination.shared.changes.replay import version_files
-from destination.shared.errors import DestinationError, TableNotFound, UserActionRequired
-from destination.shared.on_disk.options import DELTA, ICEBERG, TABLE_FORMATS, default_layout, describes
-from destination.shared.records_formats.choice import FORMAT_FIELD, HINT_FIELDS, VARIANT_FIELD, records_choice
-from destination.shared.storage.base import Storage
+from destination.changes.change_settings import ChangeSettings
+from destination.changes.replay import version_files
+from destination.on_disk.options import DELTA, ICEBERG, TABLE_FORMATS, default_layout, describes
+from destination.records_formats.choice import FORMAT_FIELD, HINT_FIELDS, VARIANT_FIELD, records_choice
+from destination.runtime.errors import DestinationError, TableNotFound, UserActionRequired
+from destination.storage.base import Storage
 from destination.store.table_store import Retention, TableStore
 from destination.store.versions import TableVersion
 from destination.table_formats.sync import formats_named

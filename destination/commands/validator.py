@@ -27,15 +27,15 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from destination.shared.key_order import count_bounds_below, first_and_last, key_columns_of, keys_from_json, sort_keys
-from destination.shared.on_disk import layout, records
-from destination.shared.on_disk.datafiles import DataFile, read_data_file, written_under
-from destination.shared.on_disk.locations import file_dir, file_path
-from destination.shared.on_disk.options import Retention
-from destination.shared.placement import in_key_order
-from destination.shared.records_formats.codec import format_of_name
-from destination.shared.storage.base import Storage
-from destination.shared.table_model import TableDef
+from destination.model.key_order import count_bounds_below, first_and_last, key_columns_of, keys_from_json, sort_keys
+from destination.model.table_model import TableDef
+from destination.on_disk import layout, records
+from destination.on_disk.datafiles import DataFile, read_data_file, written_under
+from destination.on_disk.locations import file_dir, file_path
+from destination.on_disk.options import Retention
+from destination.on_disk.placement import in_key_order
+from destination.records_formats.codec import format_of_name
+from destination.storage.base import Storage
 from destination.store.table_store import TableStore
 
 _TYPES = {"integer": ("int",), "decimal": ("decimal", "float", "double"), "string": ("string", "binary"),
@@ -184,7 +184,7 @@ def _check_schema(storage: Storage, directory: str) -> tuple[dict[str, Any] | No
     if not storage.exists(f"{directory}/{records.SCHEMA_LEGACY}") \
             or storage.read_bytes(f"{directory}/{records.SCHEMA_LEGACY}") != text:
         problems.append(f"{records.SCHEMA_LEGACY}: missing or differs from {records.SCHEMA_JSON}")
-    meta_schema = json.loads(resources.files("destination.shared").joinpath("records_schema_v1.json").read_text())
+    meta_schema = json.loads(resources.files("destination.on_disk").joinpath("records_schema_v1.json").read_text())
     try:
         jsonschema.validate(schema_doc, meta_schema)
     except jsonschema.ValidationError as exc:

@@ -17,8 +17,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from destination.iceberg_rest import answers
 from destination.iceberg_rest.tables import fivetran_name, served_name
 from destination.iceberg_rest.warehouses import Warehouse, Warehouses
-from destination.shared import logs
-from destination.shared.errors import UserActionRequired, scrub
+from destination.runtime import logs
+from destination.runtime.errors import UserActionRequired, scrub
 
 UNPREFIXED = ("namespaces", "tables", "views", "transactions", "oauth")  # a path's first segment without a prefix
 REQUEST_TIMEOUT_SECONDS = 30.0  # a connection idle this long is closed (its thread freed)

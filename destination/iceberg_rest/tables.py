@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from destination.catalogs.catalog import catalog_name
 from destination.catalogs.rest import rest_keeps
-from destination.shared.on_disk.naming import decode_name
-from destination.shared.storage.base import Storage
+from destination.on_disk.naming import decode_name
+from destination.storage.base import Storage
 from destination.store.table_names import TableNames
 from destination.store.versions import CommitEvent
 from destination.table_formats.iceberg import HINT, METADATA, newest_metadata_version

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from destination.iceberg_rest.tables import RootTables
-from destination.shared.storage.base import Storage, StorageSpec
+from destination.storage.base import Storage, StorageSpec
 from destination.store.versions import CommitEvent
 
 Observer = Callable[[CommitEvent], None]

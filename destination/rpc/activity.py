@@ -13,8 +13,8 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from destination.shared import logs
-from destination.shared.errors import scrub
+from destination.runtime import logs
+from destination.runtime.errors import scrub
 from destination.store.table_store import TableStore
 from destination.store.versions import CommitEvent, TableVersion
 from destination.write.progress import Progress

@@ -1,5 +1,5 @@
 """The configuration form, its tests, and a request's configuration → the StorageSpec of its root (the change-file
-fields are parsed by destination.shared.changes.change_settings)."""
+fields are parsed by destination.changes.change_settings)."""
 from __future__ import annotations
 
 import re
@@ -26,10 +26,8 @@ from destination.catalogs.catalog_settings import (
     SQL,
     URI_FIELD,
 )
-from destination.protocol import common, form_field_names
-from destination.shared.changes.change_settings import FORMATS, FULL, IMAGES, OFF
-from destination.shared.errors import UserActionRequired
-from destination.shared.on_disk.options import (
+from destination.changes.change_settings import FORMATS, FULL, IMAGES, OFF
+from destination.on_disk.options import (
     FORMATS_FIELD,
     KEEP_VERSIONS,
     LAYOUT_FIELD,
@@ -38,13 +36,15 @@ from destination.shared.on_disk.options import (
     MIN_AGE_SECONDS,
     VERSIONS_FIELD,
 )
-from destination.shared.placement import TARGET_FILE_BYTES
-from destination.shared.records_formats.choice import DEFAULT, HINT_FIELDS, NONE, VARIANT_FIELD
-from destination.shared.records_formats.choice import FORMAT_FIELD as RECORDS_FORMAT_FIELD
-from destination.shared.records_formats.codec import FORMATS as RECORDS_FORMATS
-from destination.shared.records_formats.hints import DEFAULT_VARIANT, OFFERED_VARIANTS, OVERRIDABLE
-from destination.shared.settings import ServerOptions
-from destination.shared.storage.base import StorageSpec
+from destination.on_disk.placement import TARGET_FILE_BYTES
+from destination.protocol import common, form_field_names
+from destination.records_formats.choice import DEFAULT, HINT_FIELDS, NONE, VARIANT_FIELD
+from destination.records_formats.choice import FORMAT_FIELD as RECORDS_FORMAT_FIELD
+from destination.records_formats.codec import FORMATS as RECORDS_FORMATS
+from destination.records_formats.hints import DEFAULT_VARIANT, OFFERED_VARIANTS, OVERRIDABLE
+from destination.runtime.errors import UserActionRequired
+from destination.runtime.settings import ServerOptions
+from destination.storage.base import StorageSpec
 
 TEST_STORAGE = "storage"
 TEST_SPARK = "spark"

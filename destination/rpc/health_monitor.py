@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 from grpc_health.v1 import health, health_pb2
 
-from destination.shared import logs
-from destination.shared.errors import DestinationError, scrub
-from destination.shared.storage.base import StorageSpec
-from destination.shared.storage.opening import open_storage
+from destination.runtime import logs
+from destination.runtime.errors import DestinationError, scrub
+from destination.storage.base import StorageSpec
+from destination.storage.opening import open_storage
 from destination.write.session import spark_problem
 
 INTERVAL_SECONDS = 5.0

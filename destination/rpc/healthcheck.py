@@ -9,7 +9,7 @@ import sys
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from destination.shared.settings import port_file
+from destination.runtime.settings import port_file
 
 DEFAULT_PORT = 50052
 

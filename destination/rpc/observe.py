@@ -9,10 +9,10 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
+from destination.model.table_model import TableDef
 from destination.rpc.activity import Activity, RequestRecord
-from destination.shared import logs
-from destination.shared.settings import ServerOptions
-from destination.shared.table_model import TableDef
+from destination.runtime import logs
+from destination.runtime.settings import ServerOptions
 from destination.store.versions import CommitEvent
 from destination.write import metrics
 from destination.write.batches import BatchPlan

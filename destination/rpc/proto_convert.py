@@ -1,11 +1,11 @@
 """Protobuf ⇄ domain conversions (the only place that reads proto table definitions)."""
 from __future__ import annotations
 
+from destination.batch_files.reader import FileFormat
+from destination.model.table_model import DESTINATION_META, ColumnDef, TableDef
+from destination.model.type_mapping import normalize_column
 from destination.protocol import common, sdk
-from destination.shared.batch.reader import FileFormat
-from destination.shared.errors import BadRequest
-from destination.shared.table_model import DESTINATION_META, ColumnDef, TableDef
-from destination.shared.type_mapping import normalize_column
+from destination.runtime.errors import BadRequest
 
 
 def table_from_proto(table: common.Table) -> TableDef:

@@ -20,9 +20,9 @@ from destination.rpc.configuration import storage_spec
 from destination.rpc.health_monitor import HealthMonitor, check_interval, root_check, spark_check
 from destination.rpc.service import DestinationService
 from destination.rpc.status_http import StatusServer
-from destination.shared import logs
-from destination.shared.settings import ServerOptions
-from destination.shared.storage.opening import open_storage
+from destination.runtime import logs
+from destination.runtime.settings import ServerOptions
+from destination.storage.opening import open_storage
 from destination.store.table_store import TableStore
 
 if TYPE_CHECKING:

@@ -20,6 +20,10 @@ import grpc
 
 from destination.catalogs.catalog_settings import CatalogSettings, catalog_settings
 from destination.catalogs.kinds import check_store_options, follow_hook, open_registry
+from destination.changes.change_settings import change_settings
+from destination.model.conversion import failure_summary
+from destination.model.table_model import DELETED
+from destination.on_disk.options import StoreOptions, store_options
 from destination.protocol import common, sdk, sdk_grpc
 from destination.rpc.configuration import (
     TEST_CATALOG,
@@ -33,10 +37,8 @@ from destination.rpc.configuration import (
 from destination.rpc.observe import Observer, result_of
 from destination.rpc.proto_convert import file_format, table_from_proto, table_to_proto
 from destination.rpc.table_locks import TableLocks
-from destination.shared import logs, phases
-from destination.shared.changes.change_settings import change_settings
-from destination.shared.conversion import failure_summary
-from destination.shared.errors import (
+from destination.runtime import logs, phases
+from destination.runtime.errors import (
     BadRequest,
     CommitConflict,
     DestinationError,
@@ -46,12 +48,10 @@ from destination.shared.errors import (
     cause_text,
     scrub,
 )
-from destination.shared.on_disk.options import StoreOptions, store_options
-from destination.shared.settings import ServerOptions
-from destination.shared.storage.base import StorageSpec, local_root_problem
-from destination.shared.storage.opening import open_storage
-from destination.shared.storage.s3 import transient_error
-from destination.shared.table_model import DELETED
+from destination.runtime.settings import ServerOptions
+from destination.storage.base import StorageSpec, local_root_problem
+from destination.storage.opening import open_storage
+from destination.storage.s3 import transient_error
 from destination.store.table_store import TableStore
 from destination.write import metrics, requests
 from destination.write.batches import WRITE_BATCH, WRITE_HISTORY_BATCH, BatchPlan

@@ -15,7 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from destination.rpc.activity import Activity
 from destination.rpc.status_page import render_index, render_table
-from destination.shared import logs
+from destination.runtime import logs
 from destination.write import metrics
 from destination.write.session import jvm_pid
 

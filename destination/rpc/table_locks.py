@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from destination.shared.errors import CommitConflict
+from destination.runtime.errors import CommitConflict
 
 
 @dataclass

@@ -5,12 +5,12 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-from destination.shared.on_disk import layout as layouts
-from destination.shared.on_disk.datafiles import DataFile
-from destination.shared.on_disk.locations import file_path
-from destination.shared.on_disk.options import REFERENCING
-from destination.shared.storage.base import Storage
-from destination.shared.table_model import TableDef
+from destination.model.table_model import TableDef
+from destination.on_disk import layout as layouts
+from destination.on_disk.datafiles import DataFile
+from destination.on_disk.locations import file_path
+from destination.on_disk.options import REFERENCING
+from destination.storage.base import Storage
 from destination.store.versions import Copies, TableVersion
 
 COPY_THREADS = 8  # concurrent server-side copies (boto3's connection pool holds 10)
@@ -18,7 +18,7 @@ FAN_OUT_COPIES = 64  # a carry-forward of at least this many S3 files runs as a 
 
 
 class CarryForward:
-    """Lists a new version's unchanged files the way its `layout` holds them (destination/shared/on_disk/options.py).
+    """Lists a new version's unchanged files the way its `layout` holds them (destination/on_disk/options.py).
     `copies`: how a large S3 carry-forward is fanned out (None: this process's thread pool). `keep_origin`: the
     table formats are on, so a copied file remembers where it was first written."""
 

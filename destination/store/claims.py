@@ -8,9 +8,9 @@ import socket
 import time
 from typing import Any
 
-from destination.shared import logs
-from destination.shared.on_disk import layout
-from destination.shared.storage.base import Storage
+from destination.on_disk import layout
+from destination.runtime import logs
+from destination.storage.base import Storage
 from destination.store.versions import ClaimRefused
 
 CLAIM_LEASE_SECONDS = 1800.0

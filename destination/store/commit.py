@@ -30,15 +30,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 
-from destination.shared import field_ids, logs, phases
-from destination.shared.changes.metadata import ChangeSet
-from destination.shared.errors import CommitConflict, StorageError, UserActionRequired, WriteAbandoned
-from destination.shared.on_disk import layout, records
-from destination.shared.on_disk.datafiles import DataFile, empty_table, write_data_file
-from destination.shared.on_disk.locations import file_path
-from destination.shared.pools import side_by_side, start
-from destination.shared.records_formats.codec import table_codec
-from destination.shared.storage.base import Storage
+from destination.changes.metadata import ChangeSet
+from destination.model import field_ids
+from destination.on_disk import layout, records
+from destination.on_disk.datafiles import DataFile, empty_table, write_data_file
+from destination.on_disk.locations import file_path
+from destination.records_formats.codec import table_codec
+from destination.runtime import logs, phases
+from destination.runtime.errors import CommitConflict, StorageError, UserActionRequired, WriteAbandoned
+from destination.runtime.pools import side_by_side, start
+from destination.storage.base import Storage
 from destination.store.carry import CarryForward
 from destination.store.claims import Claims
 from destination.store.loading import VersionReader, version_of

@@ -9,13 +9,14 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from destination.shared import field_ids, logs, phases
-from destination.shared.on_disk import layout, records
-from destination.shared.on_disk.datafiles import DataFile
-from destination.shared.on_disk.locations import file_dir
-from destination.shared.records_formats.codec import table_codec
-from destination.shared.storage.base import Storage
-from destination.shared.table_model import TableDef
+from destination.model import field_ids
+from destination.model.table_model import TableDef
+from destination.on_disk import layout, records
+from destination.on_disk.datafiles import DataFile
+from destination.on_disk.locations import file_dir
+from destination.records_formats.codec import table_codec
+from destination.runtime import logs, phases
+from destination.storage.base import Storage
 from destination.store.log_pruning import read_pruned
 from destination.store.table_names import TableNames
 from destination.store.versions import IncompleteVersion, TableVersion

@@ -20,9 +20,9 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from destination.shared import logs
-from destination.shared.on_disk import layout, records
-from destination.shared.storage.base import Storage
+from destination.on_disk import layout, records
+from destination.runtime import logs
+from destination.storage.base import Storage
 from destination.store.versions import FaultHook
 
 KNOWN_SUMMARIES = 4096  # tables whose summary this process keeps (the least recently used forgotten first)

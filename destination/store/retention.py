@@ -11,11 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from destination.shared.on_disk import layout, records
-from destination.shared.on_disk.datafiles import DataFile
-from destination.shared.on_disk.locations import held_paths
-from destination.shared.on_disk.options import Retention
-from destination.shared.storage.base import Storage
+from destination.on_disk import layout, records
+from destination.on_disk.datafiles import DataFile
+from destination.on_disk.locations import held_paths
+from destination.on_disk.options import Retention
+from destination.storage.base import Storage
 from destination.store.claims import Claims
 from destination.store.loading import VERSION_METADATA
 from destination.store.log_pruning import CommitLogPruning

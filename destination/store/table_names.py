@@ -1,9 +1,9 @@
 """Where a table's versions live, and the schema and table names a root holds."""
 from __future__ import annotations
 
-from destination.shared.on_disk import layout
-from destination.shared.on_disk.naming import NAME_OBJECT, decode_name, is_shortened
-from destination.shared.storage.base import Storage
+from destination.on_disk import layout
+from destination.on_disk.naming import NAME_OBJECT, decode_name, is_shortened
+from destination.storage.base import Storage
 
 
 class TableNames:

@@ -10,9 +10,9 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
-from destination.shared.on_disk.options import COMPLETE, LAYOUTS
-from destination.shared.on_disk.options import Retention as Retention  # re-exported: callers build stores with it
-from destination.shared.storage.base import Storage
+from destination.on_disk.options import COMPLETE, LAYOUTS
+from destination.on_disk.options import Retention as Retention  # re-exported: callers build stores with it
+from destination.storage.base import Storage
 from destination.store.carry import CarryForward
 from destination.store.claims import CLAIM_LEASE_SECONDS, Claims
 from destination.store.commit import Committer, Follow, Produce
@@ -51,7 +51,7 @@ class TableStore:
                  observer: Callable[[CommitEvent], None] | None = None, *, layout: str = COMPLETE,
                  copies: Copies | None = None, follow: FollowCommit | None = None,
                  dropped: Callable[[str, str], None] | None = None) -> None:
-        """`layout`: how new versions hold their unchanged files (destination/shared/on_disk/options.py); every
+        """`layout`: how new versions hold their unchanged files (destination/on_disk/options.py); every
         version is read whichever layout wrote it. `copies`: how a large S3 carry-forward is fanned out (None:
         this process's thread pool). `follow`: called after each commit, before retention (the table formats).
         `dropped(schema, table)`: called after a table's files are deleted (the served catalog's index)."""

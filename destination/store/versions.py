@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
-from destination.shared.changes.metadata import ChangeParts, ChangeSet
-from destination.shared.errors import CommitConflict, StorageError
-from destination.shared.on_disk import layout
-from destination.shared.on_disk.datafiles import DataFile
-from destination.shared.storage.base import Storage, StorageSpec
-from destination.shared.table_model import TableDef
+from destination.changes.metadata import ChangeParts, ChangeSet
+from destination.model.table_model import TableDef
+from destination.on_disk import layout
+from destination.on_disk.datafiles import DataFile
+from destination.runtime.errors import CommitConflict, StorageError
+from destination.storage.base import Storage, StorageSpec
 
 if TYPE_CHECKING:
     from destination.store.table_store import TableStore

@@ -72,11 +72,11 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote
 
-from destination.shared.errors import StorageError, scrub
-from destination.shared.on_disk.layout import parse_version_dir
-from destination.shared.storage.base import Storage, StorageSpec
-from destination.shared.table_model import DESTINATION_META, ColumnDef, TableDef
-from destination.shared.type_mapping import decimal_storage
+from destination.model.table_model import DESTINATION_META, ColumnDef, TableDef
+from destination.model.type_mapping import decimal_storage
+from destination.on_disk.layout import parse_version_dir
+from destination.runtime.errors import StorageError, scrub
+from destination.storage.base import Storage, StorageSpec
 from destination.table_formats.last_commits import LastCommits
 from destination.table_formats.version import DELTA, FormatLog, LakeVersion, left_out_text
 

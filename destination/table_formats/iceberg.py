@@ -24,7 +24,7 @@ after the commit (each snapshot's manifest is its own: nothing retained shares t
 
 Schema: field ids are stable per column name; a type change Iceberg allows as a promotion (int → long, float →
 double, decimal precision widened at the same scale) keeps the id, any other change (STRING → INT) gets a new id.
-The ids come from the table definition (destination/shared/field_ids.py), the same the data files carry as
+The ids come from the table definition (destination/model/field_ids.py), the same the data files carry as
 `PARQUET:field_id`, so a reader mapping by id reads each column right. Each snapshot names its schema, so time travel
 reads an old snapshot with the schema it was written with. Files written before the ids carry none: the name
 mapping `schema.name-mapping.default` maps every column name to its current id. A limit that follows for those:
@@ -110,14 +110,15 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-from destination.shared import field_ids, logs
-from destination.shared.errors import DestinationError
-from destination.shared.on_disk import layout
-from destination.shared.pools import shared_pool
-from destination.shared.records_formats.codec import format_of_name
-from destination.shared.storage.base import Storage, StorageSpec
-from destination.shared.table_model import AVRO, DESTINATION_META, ColumnDef, TableDef
-from destination.shared.type_mapping import decimal_storage
+from destination.model import field_ids
+from destination.model.table_model import AVRO, DESTINATION_META, ColumnDef, TableDef
+from destination.model.type_mapping import decimal_storage
+from destination.on_disk import layout
+from destination.records_formats.codec import format_of_name
+from destination.runtime import logs
+from destination.runtime.errors import DestinationError
+from destination.runtime.pools import shared_pool
+from destination.storage.base import Storage, StorageSpec
 from destination.table_formats.last_commits import LastCommits
 from destination.table_formats.version import ICEBERG, FormatLog, LakeFile, LakeVersion, left_out_text
 
@@ -348,7 +349,7 @@ class _FieldPlan:
 
 
 def _schema_for(table: TableDef, schema_id: int) -> _FieldPlan:
-    """The Iceberg schema of `table`, with the field ids its data files carry (destination/shared/field_ids.py). A column
+    """The Iceberg schema of `table`, with the field ids its data files carry (destination/model/field_ids.py). A column
     left out of the schema keeps its id in the name mapping (DuckDB misreads the columns after an unmapped one)."""
     assigned = field_ids.assign(table)
     ids = {name: field_id for name, field_id, _ in assigned.field_ids}

@@ -21,20 +21,20 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from destination.shared import logs, phases
-from destination.shared.changes import cdf
-from destination.shared.changes.metadata import KIND_ROWS
-from destination.shared.changes.replay import version_files
-from destination.shared.errors import cause_text, scrub
-from destination.shared.on_disk import layout
-from destination.shared.on_disk.datafiles import write_options
-from destination.shared.on_disk.locations import first_written
-from destination.shared.on_disk.options import describes
-from destination.shared.on_disk.records import FILES_JSON
-from destination.shared.pools import shared_pool
-from destination.shared.storage.base import Storage
-from destination.shared.table_model import DESTINATION_META
-from destination.shared.type_mapping import arrow_schema
+from destination.changes import cdf
+from destination.changes.metadata import KIND_ROWS
+from destination.changes.replay import version_files
+from destination.model.table_model import DESTINATION_META
+from destination.model.type_mapping import arrow_schema
+from destination.on_disk import layout
+from destination.on_disk.datafiles import write_options
+from destination.on_disk.locations import first_written
+from destination.on_disk.options import describes
+from destination.on_disk.records import FILES_JSON
+from destination.runtime import logs, phases
+from destination.runtime.errors import cause_text, scrub
+from destination.runtime.pools import shared_pool
+from destination.storage.base import Storage
 from destination.store.table_store import TableStore
 from destination.store.versions import IncompleteVersion, TableVersion
 from destination.table_formats.delta import CHANGE_DATA

@@ -6,11 +6,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from destination.shared.on_disk.options import DELTA as DELTA  # the format names are the configuration's
-from destination.shared.on_disk.options import ICEBERG as ICEBERG
-from destination.shared.on_disk.options import TABLE_FORMATS as TABLE_FORMATS
-from destination.shared.storage.base import Storage
-from destination.shared.table_model import ColumnDef, TableDef
+from destination.model.table_model import ColumnDef, TableDef
+from destination.on_disk.options import DELTA as DELTA  # the format names are the configuration's
+from destination.on_disk.options import ICEBERG as ICEBERG
+from destination.on_disk.options import TABLE_FORMATS as TABLE_FORMATS
+from destination.storage.base import Storage
 
 
 @dataclass(frozen=True, kw_only=True)

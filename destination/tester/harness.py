@@ -22,8 +22,8 @@ from typing import Any
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from destination.model.table_model import ACTIVE, DELETED, END, START, SYNCED
 from destination.protocol import common, form_field_names, sdk, sdk_grpc
-from destination.shared.table_model import ACTIVE, DELETED, END, START, SYNCED
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING, csv_bytes, parquet_bytes, seal
 from destination.tester.display import CallProgress
 from destination.tester.inputs import configuration_warnings

@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from destination.model.table_model import ACTIVE, DELETED, END, FIVETRAN_ID, START, SYNCED
 from destination.protocol import common
-from destination.shared.table_model import ACTIVE, DELETED, END, FIVETRAN_ID, START, SYNCED
 
 
 @dataclass

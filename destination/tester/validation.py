@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from destination.model.table_model import FIVETRAN_ID
 from destination.protocol import common
-from destination.shared.table_model import FIVETRAN_ID
 
 SECTIONS = ("create_table", "alter_table", "ops", "schema_migration", "describe_table")
 ROW_OPS = ("upsert", "update", "delete", "soft_delete")

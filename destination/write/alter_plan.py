@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from destination.shared.table_model import ColumnDef, TableDef
-from destination.shared.type_mapping import normalize_column
+from destination.model.table_model import ColumnDef, TableDef
+from destination.model.type_mapping import normalize_column
 
 
 def plan_alter(current: TableDef, requested: TableDef, drop_columns: bool) -> TableDef:

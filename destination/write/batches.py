@@ -18,9 +18,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import BinaryIO
 
-from destination.shared.batch.reader import FileFormat
-from destination.shared.errors import BadBatchFile, TableNotFound, UserActionRequired
-from destination.shared.pools import shared_pool
+from destination.batch_files.reader import FileFormat
+from destination.runtime.errors import BadBatchFile, TableNotFound, UserActionRequired
+from destination.runtime.pools import shared_pool
 from destination.store.versions import TableVersion
 from spark_jobs.contracts import FILE_KINDS, BatchFileRef
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from destination.shared.errors import Unavailable
+from destination.runtime.errors import Unavailable
 from destination.write import progress
 from destination.write.progress import RequestWork
 

@@ -6,9 +6,9 @@ from collections.abc import Callable, Sequence
 
 from pyspark.sql import SparkSession
 
-from destination.shared import logs
-from destination.shared.storage.base import StorageSpec
-from destination.shared.table_model import TableDef
+from destination.model.table_model import TableDef
+from destination.runtime import logs
+from destination.storage.base import StorageSpec
 from destination.write.runner import run_units
 from spark_jobs.contracts import CopyUnit, JobContext
 from spark_jobs.tasks.copy_files import copy_files_task

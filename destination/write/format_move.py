@@ -5,10 +5,10 @@ included), so the version's change files hold no events. A move the new format c
 refused before anything is committed."""
 from __future__ import annotations
 
-from destination.shared.changes.metadata import KIND_ROWS
-from destination.shared.errors import TableNotFound, UserActionRequired
-from destination.shared.records_formats.choice import RecordsChoice
-from destination.shared.table_model import TableDef
+from destination.changes.metadata import KIND_ROWS
+from destination.model.table_model import TableDef
+from destination.records_formats.choice import RecordsChoice
+from destination.runtime.errors import TableNotFound, UserActionRequired
 from destination.store.versions import PendingVersion, TableVersion, VersionTarget
 from destination.write.jobs import JobRunner
 from destination.write.with_changes import CommitsWithChanges

@@ -12,11 +12,11 @@ from dataclasses import replace
 
 import pyarrow as pa
 
-from destination.shared.conversion import convert_column
-from destination.shared.errors import BadRequest, TableNotFound, UserActionRequired
-from destination.shared.on_disk.datafiles import DataFile
-from destination.shared.table_model import ACTIVE, END, START, SYNCED, ColumnDef, TableDef
-from destination.shared.type_mapping import normalize_column
+from destination.model.conversion import convert_column
+from destination.model.table_model import ACTIVE, END, START, SYNCED, ColumnDef, TableDef
+from destination.model.type_mapping import normalize_column
+from destination.on_disk.datafiles import DataFile
+from destination.runtime.errors import BadRequest, TableNotFound, UserActionRequired
 from destination.store.table_store import TableStore
 from destination.store.versions import TableVersion
 from destination.write.table_definitions import TableDefinitions

@@ -14,14 +14,14 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from destination.shared.changes.change_settings import ChangeSettings
-from destination.shared.changes.files import ChangeTarget
-from destination.shared.changes.metadata import KIND_SNAPSHOT, ChangeFile, ChangeParts
-from destination.shared.key_order import key_columns_of
-from destination.shared.on_disk.datafiles import DataFile
-from destination.shared.placement import TARGET_FILE_BYTES, KeySample, plan_units
-from destination.shared.storage.base import StorageSpec
-from destination.shared.table_model import TableDef
+from destination.changes.change_settings import ChangeSettings
+from destination.changes.files import ChangeTarget
+from destination.changes.metadata import KIND_SNAPSHOT, ChangeFile, ChangeParts
+from destination.model.key_order import key_columns_of
+from destination.model.table_model import TableDef
+from destination.on_disk.datafiles import DataFile
+from destination.on_disk.placement import TARGET_FILE_BYTES, KeySample, plan_units
+from destination.storage.base import StorageSpec
 from destination.store.versions import TableVersion, VersionTarget
 from destination.write.runner import run_units
 from spark_jobs.contracts import FilesWritten, JobContext, RangeUnit, RequestCounts

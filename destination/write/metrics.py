@@ -38,7 +38,7 @@ BYTES_WRITTEN = Counter(f"{_PREFIX}_bytes_written", "bytes of the data files wri
 SPARK_JOB_SECONDS = Histogram(f"{_PREFIX}_spark_job_seconds", "Spark jobs' wall time, by kind", ["job"],
                               buckets=_SECONDS)
 REQUEST_PHASE_SECONDS = Histogram(f"{_PREFIX}_request_phase_seconds", "a table RPC's seconds in each phase "
-                                  "(destination/shared/phases.py PHASES), by phase", ["phase"],
+                                  "(destination/runtime/phases.py PHASES), by phase", ["phase"],
                                   buckets=(0.001, 0.005, 0.01, 0.025, *_SECONDS))
 SPARK_TASK_SECONDS = Counter(f"{_PREFIX}_spark_task_seconds", "Spark tasks' summed seconds, by RPC", ["rpc"])
 SPARK_JOBS_FAILED = Counter(f"{_PREFIX}_spark_jobs_failed", "Spark jobs that failed, by kind", ["job"])

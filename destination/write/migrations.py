@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from destination.shared.errors import BadRequest, TableNotFound, UserActionRequired
-from destination.shared.table_model import DELETED, ColumnDef, TableDef
-from destination.shared.type_mapping import normalize_column
+from destination.model.table_model import DELETED, ColumnDef, TableDef
+from destination.model.type_mapping import normalize_column
+from destination.runtime.errors import BadRequest, TableNotFound, UserActionRequired
 from destination.store.table_store import TableStore
 from destination.store.versions import TableVersion
 from destination.write import history_migrations as history

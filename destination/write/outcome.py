@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from destination.shared.conversion import FailureKey
+from destination.model.conversion import FailureKey
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from typing import Any
 
 from pyspark import SparkContext
 
-from destination.shared import logs
+from destination.runtime import logs
 
 MB = 1 << 20
 

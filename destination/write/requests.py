@@ -10,9 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from destination.shared.batch.reader import FileFormat
-from destination.shared.errors import BadRequest, CatalogUnreachable, UserActionRequired
-from destination.shared.table_model import ColumnDef, TableDef
+from destination.batch_files.reader import FileFormat
+from destination.model.table_model import ColumnDef, TableDef
+from destination.runtime.errors import BadRequest, CatalogUnreachable, UserActionRequired
 from destination.store.table_store import TableStore
 from destination.store.versions import TableVersion
 from destination.write import migrations

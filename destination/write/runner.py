@@ -25,8 +25,8 @@ from typing import Any, NoReturn, TypeVar
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
-from destination.shared import phases
-from destination.shared.errors import DestinationError, SparkUnavailable
+from destination.runtime import phases
+from destination.runtime.errors import DestinationError, SparkUnavailable
 from destination.write import metrics, progress
 from destination.write.coalescer import Coalescer, TimedResults, run_coalesced_unit
 from destination.write.session import discard_if_dead

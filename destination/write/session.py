@@ -14,8 +14,8 @@ from pyspark import SparkContext
 from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
-from destination.shared.errors import SparkUnavailable
-from destination.shared.settings import DRIVER_MEMORY
+from destination.runtime.errors import SparkUnavailable
+from destination.runtime.settings import DRIVER_MEMORY
 
 _lock = threading.RLock()  # re-entrant: tests/jvm_deaths.py holds it across a restart, as the health check does
 _session: SparkSession | None = None

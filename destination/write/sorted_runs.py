@@ -13,15 +13,15 @@ from dataclasses import replace
 
 import numpy as np
 
-from destination.shared import logs
-from destination.shared.changes.metadata import KIND_ROWS
-from destination.shared.conversion import FailureKey
-from destination.shared.key_order import keys_from_json
-from destination.shared.on_disk.datafiles import DataFile
-from destination.shared.placement import KeySample, plan_units
-from destination.shared.storage.base import Storage
-from destination.shared.storage.opening import open_storage
-from destination.shared.table_model import TableDef
+from destination.changes.metadata import KIND_ROWS
+from destination.model.conversion import FailureKey
+from destination.model.key_order import keys_from_json
+from destination.model.table_model import TableDef
+from destination.on_disk.datafiles import DataFile
+from destination.on_disk.placement import KeySample, plan_units
+from destination.runtime import logs
+from destination.storage.base import Storage
+from destination.storage.opening import open_storage
 from destination.store.versions import TableVersion, VersionTarget
 from destination.write.jobs import DECODED_TO_PARQUET, JobOutput, JobRunner, PlacementSettings
 from spark_jobs.contracts import JobContext, RangeUnit, RequestCounts, RunSlice, RunSource, SortedRun

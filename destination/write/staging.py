@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
-from destination.shared import logs
-from destination.shared.errors import BadBatchFile, DestinationError
-from destination.shared.storage.base import Storage
+from destination.runtime import logs
+from destination.runtime.errors import BadBatchFile, DestinationError
+from destination.storage.base import Storage
 from destination.write.batches import BatchPlan
 from spark_jobs.contracts import BatchFileRef, StagedCopy
 

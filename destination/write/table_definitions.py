@@ -9,14 +9,14 @@ from typing import TypeVar
 
 import pyarrow as pa
 
-from destination.shared.changes.metadata import KIND_SNAPSHOT
-from destination.shared.errors import RefusedChange, TableNotFound, UserActionRequired
-from destination.shared.on_disk.datafiles import align, read_data_file
-from destination.shared.on_disk.layout import data_file_name
-from destination.shared.on_disk.locations import file_dir, file_path
-from destination.shared.table_model import KEY_RANGES, ColumnDef, TableDef
-from destination.shared.type_changes import checked_columns, key_changed
-from destination.shared.type_mapping import normalize_column
+from destination.changes.metadata import KIND_SNAPSHOT
+from destination.model.table_model import KEY_RANGES, ColumnDef, TableDef
+from destination.model.type_changes import checked_columns, key_changed
+from destination.model.type_mapping import normalize_column
+from destination.on_disk.datafiles import align, read_data_file
+from destination.on_disk.layout import data_file_name
+from destination.on_disk.locations import file_dir, file_path
+from destination.runtime.errors import RefusedChange, TableNotFound, UserActionRequired
 from destination.store.table_store import TableStore
 from destination.store.versions import PendingVersion, TableVersion, VersionTarget
 from destination.write.alter_plan import describe_difference, lossy_change_text, plan_alter
@@ -116,7 +116,7 @@ class TableDefinitions:
 
     def _refuse_lossy_change(self, schema: str, current: TableVersion, new: TableDef) -> None:
         """Before anything is written: a Spark job over the stored files counts the values of each column whose
-        type change may lose values (destination/shared/type_changes.py) that would not convert; any → RefusedChange."""
+        type change may lose values (destination/model/type_changes.py) that would not convert; any → RefusedChange."""
         columns = checked_columns(current.table, new)
         units = [CheckConversionUnit(file=f, old_table=current.table, columns=tuple(columns))
                  for f in current.files if f.rows] if columns else []

@@ -8,14 +8,14 @@ from dataclasses import replace
 
 import pyarrow as pa
 
-from destination.shared import logs, phases
-from destination.shared.changes.change_settings import ChangeSettings
-from destination.shared.changes.metadata import KIND_ROWS
-from destination.shared.conversion import FailureKey
-from destination.shared.errors import TableNotFound
-from destination.shared.on_disk.datafiles import DataFile
-from destination.shared.settings import SMALL_REQUEST_BYTES
-from destination.shared.table_model import KEY_RANGES
+from destination.changes.change_settings import ChangeSettings
+from destination.changes.metadata import KIND_ROWS
+from destination.model.conversion import FailureKey
+from destination.model.table_model import KEY_RANGES
+from destination.on_disk.datafiles import DataFile
+from destination.runtime import logs, phases
+from destination.runtime.errors import TableNotFound
+from destination.runtime.settings import SMALL_REQUEST_BYTES
 from destination.store.versions import PendingVersion, TableVersion, VersionTarget
 from destination.write.batches import WRITE_BATCH, WRITE_HISTORY_BATCH, BatchPlan
 from destination.write.jobs import JobOutput, JobRunner

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from destination.shared import phases
-from destination.shared.changes.change_settings import ChangeSettings
-from destination.shared.changes.files import STAGING, write_empty
-from destination.shared.changes.metadata import (
+from destination.changes.change_settings import ChangeSettings
+from destination.changes.files import STAGING, write_empty
+from destination.changes.metadata import (
     KIND_ROWS,
     KIND_SNAPSHOT,
     ZERO_TOTALS,
@@ -15,6 +14,7 @@ from destination.shared.changes.metadata import (
     ChangeSet,
     change_set,
 )
+from destination.runtime import phases
 from destination.store.commit import Produce
 from destination.store.table_store import TableStore
 from destination.store.versions import Attempt, PendingVersion, RequestIdentity, TableVersion, VersionTarget

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
-from destination.shared.changes.change_settings import ChangeSettings
-from destination.shared.records_formats.choice import RecordsChoice
-from destination.shared.settings import SMALL_REQUEST_BYTES
+from destination.changes.change_settings import ChangeSettings
+from destination.records_formats.choice import RecordsChoice
+from destination.runtime.settings import SMALL_REQUEST_BYTES
 from destination.store.table_store import TableStore
 from destination.write.jobs import JobRunner, PlacementSettings
 from destination.write.sorted_runs import SortedRuns

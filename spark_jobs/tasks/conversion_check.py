@@ -1,9 +1,9 @@
 """The AlterTable check task: how many stored values a type change would lose, counted in one stored file."""
 from __future__ import annotations
 
-from destination.shared.on_disk.datafiles import align, read_data_file
-from destination.shared.on_disk.locations import file_dir
-from destination.shared.storage.opening import open_storage
+from destination.on_disk.datafiles import align, read_data_file
+from destination.on_disk.locations import file_dir
+from destination.storage.opening import open_storage
 from spark_jobs.alter import key_text, lost_values
 from spark_jobs.contracts import CheckConversionUnit, ConversionCheck, JobContext
 

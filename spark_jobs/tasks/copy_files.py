@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from destination.shared.storage.opening import open_storage
+from destination.storage.opening import open_storage
 from spark_jobs.contracts import CopyUnit, FilesCopied, JobContext
 
 COPY_THREADS = 8  # concurrent copies per task (boto3's connection pool holds 10)

@@ -1,4 +1,4 @@
-"""The write's tasks over key ranges (destination.shared.placement): stage 1 sorts a batch file's operations into a
+"""The write's tasks over key ranges (destination.on_disk.placement): stage 1 sorts a batch file's operations into a
 staged run; a unit task merges one key range's operations with the stored files they can touch.
 
 A unit rewrites a stored file only when it must: an operation that may insert inside the file's key range, or one
@@ -17,10 +17,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
-from destination.shared.changes.events import pair_changes
-from destination.shared.changes.files import write_events
-from destination.shared.changes.metadata import ChangeFile
-from destination.shared.key_order import (
+from destination.changes.events import pair_changes
+from destination.changes.files import write_events
+from destination.changes.metadata import ChangeFile
+from destination.model.key_order import (
     KeyJson,
     count_bounds_below,
     key_columns_of,
@@ -31,14 +31,14 @@ from destination.shared.key_order import (
     sorted_span,
     within,
 )
-from destination.shared.keys import bisected, matched_keys
-from destination.shared.on_disk.datafiles import DataFile, align, read_data_file, write_sorted_files
-from destination.shared.on_disk.locations import file_dir
-from destination.shared.placement import TIER_FAN_IN, sorted_unique
-from destination.shared.records_formats.codec import format_of_name, table_codec
-from destination.shared.storage.base import Storage
-from destination.shared.storage.opening import open_storage
-from destination.shared.table_model import PARQUET, TableDef
+from destination.model.keys import bisected, matched_keys
+from destination.model.table_model import PARQUET, TableDef
+from destination.on_disk.datafiles import DataFile, align, read_data_file, write_sorted_files
+from destination.on_disk.locations import file_dir
+from destination.on_disk.placement import TIER_FAN_IN, sorted_unique
+from destination.records_formats.codec import format_of_name, table_codec
+from destination.storage.base import Storage
+from destination.storage.opening import open_storage
 from spark_jobs.contracts import DecodedCounts, FilesWritten, JobContext, RangeUnit, RunSource, SortedRun, data_rows
 from spark_jobs.history import merge_history_rows
 from spark_jobs.merge import merge_rows

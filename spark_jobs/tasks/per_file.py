@@ -11,18 +11,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from destination.shared.changes.events import ChangeEvents, deletes, empty_events, updates
-from destination.shared.changes.files import format_staged, write_events, write_snapshot
-from destination.shared.changes.metadata import KIND_SNAPSHOT, ChangeFile
-from destination.shared.conversion import convert_column
-from destination.shared.key_order import sorted_rows
-from destination.shared.on_disk.datafiles import DataFile, align, read_data_file, write_data_file
-from destination.shared.on_disk.layout import data_file_name
-from destination.shared.on_disk.locations import file_dir
-from destination.shared.records_formats.codec import table_codec
-from destination.shared.storage.base import Storage
-from destination.shared.storage.opening import open_storage
-from destination.shared.table_model import TableDef
+from destination.changes.events import ChangeEvents, deletes, empty_events, updates
+from destination.changes.files import format_staged, write_events, write_snapshot
+from destination.changes.metadata import KIND_SNAPSHOT, ChangeFile
+from destination.model.conversion import convert_column
+from destination.model.key_order import sorted_rows
+from destination.model.table_model import TableDef
+from destination.on_disk.datafiles import DataFile, align, read_data_file, write_data_file
+from destination.on_disk.layout import data_file_name
+from destination.on_disk.locations import file_dir
+from destination.records_formats.codec import table_codec
+from destination.storage.base import Storage
+from destination.storage.opening import open_storage
 from spark_jobs.alter import convert_table
 from spark_jobs.contracts import (
     FilesWritten,
