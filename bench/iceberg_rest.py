@@ -31,7 +31,7 @@ from destination.storage.opening import open_storage
 from destination.store.commit import Produce
 from destination.store.table_store import Retention, TableStore
 from destination.store.versions import PendingVersion, TableVersion, VersionTarget
-from destination.table_formats.sync import FollowFormats, formats_named
+from destination.table_formats.sync import FormatPublisher, formats_named
 
 TABLE = TableDef("events", (ColumnDef("id", "LONG", True), ColumnDef("v", "STRING")))
 TOKEN = "bench-token"
@@ -56,7 +56,7 @@ def run(root: Path, versions: int, loads: int) -> dict[str, float]:
     storage = open_storage(StorageSpec(root=str(root)))
     warehouses = Warehouses(storage)
     observer, dropped = warehouses.watch(storage, lambda event: None)
-    store = TableStore(storage, Retention(keep_versions=versions + 1), follow=FollowFormats(formats_named(["iceberg"])),
+    store = TableStore(storage, Retention(keep_versions=versions + 1), publish=FormatPublisher(formats_named(["iceberg"])),
                        observer=observer, dropped=dropped)
     started = time.monotonic()
     for n in range(versions):

@@ -46,7 +46,7 @@ from destination.runtime.settings import ServerOptions
 from destination.storage.base import Storage, StorageSpec
 from destination.storage.opening import open_storage
 from destination.store.table_store import TableStore
-from destination.table_formats.sync import FollowFormats
+from destination.table_formats.sync import FormatPublisher
 
 SCHEMA, TABLE = "bench", "clustered"
 
@@ -86,11 +86,11 @@ class MethodClock:
 
 class CommitClock(MethodClock):
     """TableStore's commit step and the housekeeping after it; `formats` the part of it spent bringing the table
-    formats up to the commit (FollowFormats)."""
+    formats up to the commit (FormatPublisher)."""
 
     def __init__(self) -> None:
         super().__init__(TableStore, "_commit", "_finish")
-        self.formats = MethodClock(FollowFormats, "__call__")
+        self.formats = MethodClock(FormatPublisher, "__call__")
 
     @contextmanager
     def installed(self) -> Iterator[None]:

@@ -13,7 +13,7 @@ import pytest
 
 from destination.catalogs.catalog import CatalogRefused, CatalogUnavailable, ForeignEntry
 from destination.catalogs.catalog_settings import CatalogSettings
-from destination.catalogs.kinds import follow_hook
+from destination.catalogs.kinds import publisher_for
 from destination.model.table_model import ColumnDef
 from destination.on_disk import layout
 from destination.on_disk.options import TABLE_FORMATS
@@ -33,7 +33,7 @@ NAMESPACE = SCHEMA  # "my schema": held as it is (only `.` and `~` are mapped)
 
 
 def sql_store(storage: Storage, uri: str, **options: Any) -> TableStore:
-    return TableStore(storage, follow=follow_hook(TABLE_FORMATS, CatalogSettings(kind="sql", uri=uri, name=CATALOG)),
+    return TableStore(storage, publish=publisher_for(TABLE_FORMATS, CatalogSettings(kind="sql", uri=uri, name=CATALOG)),
                       **options)
 
 
@@ -112,7 +112,7 @@ def test_a_crash_before_the_entry_moves_leaves_the_previous_version_and_the_next
     assert catalog_ids(storage, catalog_uri) == [0, 1, 2]
     latest = store.load(SCHEMA, "events")
     assert latest is not None
-    store.follow_up(latest)  # what the next request for the table does (DescribeTable, a retried write)
+    store.publish_latest(latest)  # what the next request for the table does (DescribeTable, a retried write)
     assert entry(storage, catalog_uri) == metadata_of(storage, 2)
     store.write(SCHEMA, "events", appender(storage, 20))
     assert catalog_ids(storage, catalog_uri) == [0, 1, 2, 10, 11, 12, 20, 21, 22]

@@ -22,7 +22,7 @@ from destination.storage.opening import open_storage
 from destination.store.table_store import Retention, TableStore
 from destination.write.batches import plan_batch
 from destination.write.outcome import BatchRetried, Outcome
-from destination.write.writers import Writers, writers
+from destination.write.write_path import WritePath, write_path_for
 from tests.batchfiles import FMT, write_csv
 from tests.change_consumer import replay, tokenize
 from tests.conftest import spec_of
@@ -190,8 +190,8 @@ def batch(tmp_path: Path, first: int, n: int = 3) -> dict[str, list[str]]:
     return {"replace": [str(path)]}
 
 
-def writer(store: TableStore, spark, fmt: str = "parquet") -> Writers:  # type: ignore[no-untyped-def]
-    return writers(store, lambda: spark, ChangeSettings(format=fmt))
+def writer(store: TableStore, spark, fmt: str = "parquet") -> WritePath:  # type: ignore[no-untyped-def]
+    return write_path_for(store, lambda: spark, ChangeSettings(format=fmt))
 
 
 def ops(tmp_path: Path, first: int, fmt: FileFormat = FMT) -> Any:

@@ -1,4 +1,4 @@
-"""Writers taking over an abandoned claim, on both backends: the takeover is exclusive, a commit never lacks a file,
+"""WritePath taking over an abandoned claim, on both backends: the takeover is exclusive, a commit never lacks a file,
 and a table whose latest committed version is incomplete stays readable and can be repaired."""
 from __future__ import annotations
 
@@ -142,7 +142,7 @@ WRITERS = 6
 
 
 def test_many_writers_over_a_stale_claim_keep_every_key_exactly_once(storage: Storage) -> None:
-    """Writers with their own identities (as separate servers) all start on a table whose next version is claimed
+    """WritePath with their own identities (as separate servers) all start on a table whose next version is claimed
     by a dead writer; each appends twice. Every key must be in the latest version exactly once."""
     TableStore(storage).write(SCHEMA, TABLE_NAME, appender(storage, 1))
     leave_stale_claim(storage, 2, leftovers=20)

@@ -15,7 +15,7 @@ import pytest
 from destination.catalogs.catalog import catalog_name
 from destination.catalogs.catalog_settings import CatalogSettings
 from destination.catalogs.glue import EntryTaken, glue_keeps
-from destination.catalogs.kinds import follow_hook
+from destination.catalogs.kinds import publisher_for
 from destination.model.table_model import TableDef
 from destination.on_disk.options import TABLE_FORMATS
 from destination.runtime.errors import UserActionRequired
@@ -38,7 +38,7 @@ DATABASE = "my~20schema"  # "my schema": Glue holds lower-case letters, digits a
 def glue_store(storage: Storage, endpoint: str) -> TableStore:
     settings = CatalogSettings(kind="glue", region="us-east-1", endpoint=endpoint, access_key_id=KEY,
                                secret_access_key=SECRET)
-    return TableStore(storage, follow=follow_hook(TABLE_FORMATS, settings))
+    return TableStore(storage, publish=publisher_for(TABLE_FORMATS, settings))
 
 
 def pyiceberg_glue(storage: Storage, endpoint: str) -> Any:

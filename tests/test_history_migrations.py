@@ -228,7 +228,7 @@ def test_a_failed_copy_leaves_the_existing_target_as_it_was(setup: Setup, spark,
     from destination.storage.opening import open_storage
     from destination.store.table_store import TableStore
     from destination.write import history_migrations, migrations
-    from destination.write.writers import writers
+    from destination.write.write_path import write_path_for
     from tests.conftest import spec_of
 
     soft_delete_table(setup, True)
@@ -237,7 +237,7 @@ def test_a_failed_copy_leaves_the_existing_target_as_it_was(setup: Setup, spark,
     def crash(step: str) -> None:
         if step == "before_commit_record":
             raise RuntimeError("simulated crash")
-    parts = writers(TableStore(open_storage(spec_of(setup.configuration)), fault=crash), lambda: spark)
+    parts = write_path_for(TableStore(open_storage(spec_of(setup.configuration)), fault=crash), lambda: spark)
     with pytest.raises(RuntimeError):
         if operation == "copy_table":
             migrations._copy_table(parts.tables, "tester", "s", "target")

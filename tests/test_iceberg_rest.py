@@ -31,7 +31,7 @@ from destination.storage.base import Storage, StorageSpec
 from destination.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from destination.store.versions import TableVersion
-from destination.table_formats.sync import FollowFormats, formats_named
+from destination.table_formats.sync import FormatPublisher, formats_named
 from destination.tester.harness import Harness
 from tests.conftest import spec_of
 from tests.lake_readers import _extension, duck, rows
@@ -197,7 +197,7 @@ def test_every_tester_table_is_read_through_the_served_catalog(  # type: ignore[
 def watched_store(served: Served, storage: Storage) -> TableStore:
     """A store of this process as the server's are: its commits and drops told to the served catalog."""
     observer, dropped = served.warehouses.watch(storage, lambda event: None)
-    return TableStore(storage, follow=FollowFormats(formats_named(["iceberg"])), observer=observer, dropped=dropped)
+    return TableStore(storage, publish=FormatPublisher(formats_named(["iceberg"])), observer=observer, dropped=dropped)
 
 
 def ids_of(table: Any) -> list[int]:
@@ -219,7 +219,7 @@ def test_a_commit_after_attach_is_seen_on_the_next_load_and_a_drop_at_once(serve
     assert ids_of(catalog.load_table(("sales", "events")).scan().to_arrow()) == [1, 2, 3, 10, 11, 12]
     assert ids_of(duck_rows(con, "sales", "events")) == [1, 2, 3, 10, 11, 12]
 
-    other = TableStore(storage, follow=FollowFormats(formats_named(["iceberg"])))  # another process's writer
+    other = TableStore(storage, publish=FormatPublisher(formats_named(["iceberg"])))  # another process's writer
     other.write("sales", "events", appender(storage, 20))
     started = time.monotonic()
     while len(ids_of(catalog.load_table(("sales", "events")).scan().to_arrow())) != 9:
@@ -236,7 +236,7 @@ def test_a_pointer_naming_a_file_that_is_gone_is_answered_with_the_newest_there_
     """Never a metadata file that is not there: a hint naming a deleted file falls back to the newest file left;
     a table without metadata is not found."""
     storage = open_storage(StorageSpec(root=str(tmp_path)))
-    store = TableStore(storage, follow=FollowFormats(formats_named(["iceberg"])))
+    store = TableStore(storage, publish=FormatPublisher(formats_named(["iceberg"])))
     for first in (1, 10, 20):
         store.write("s", "t", appender(storage, first))
     prefix = store.table_prefix("s", "t")
@@ -313,7 +313,7 @@ def test_tls_serves_the_catalog_to_a_client_trusting_the_certificate(tmp_path: P
         monkeypatch.delenv(variable, raising=False)
     cert, key = self_signed(tmp_path)
     storage = open_storage(StorageSpec(root=str(tmp_path / "root")))
-    TableStore(storage, follow=FollowFormats(formats_named(["iceberg"]))).write("sales", "events", appender(storage, 1))
+    TableStore(storage, publish=FormatPublisher(formats_named(["iceberg"]))).write("sales", "events", appender(storage, 1))
     server = IcebergRestServer(Warehouses(storage), IcebergRestOptions(0, write_token(tmp_path), cert, key))
     server.start()
     try:

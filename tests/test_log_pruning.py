@@ -21,7 +21,7 @@ from destination.storage.base import Storage, StorageError
 from destination.store.log_pruning import PRUNING_STEPS
 from destination.store.table_store import Retention, TableStore
 from destination.store.versions import FaultHook, PendingVersion, TableVersion, VersionTarget
-from destination.table_formats.sync import FollowFormats, formats_named
+from destination.table_formats.sync import FormatPublisher, formats_named
 from tests.lake_readers import delta_duckdb, delta_rs, iceberg_pyiceberg_as_of, rows
 from tests.test_table_store import SCHEMA, TABLE, SimulatedCrash
 
@@ -72,7 +72,7 @@ def _table(values: dict[int, str]) -> pa.Table:
 
 
 def lake_store(storage: Storage, store_layout: str = COMPLETE, fault: FaultHook | None = None) -> TableStore:
-    return TableStore(storage, EAGER, fault, layout=store_layout, follow=FollowFormats(formats_named(TABLE_FORMATS)))
+    return TableStore(storage, EAGER, fault, layout=store_layout, publish=FormatPublisher(formats_named(TABLE_FORMATS)))
 
 
 def sync(store: TableStore, model: Model) -> TableVersion:

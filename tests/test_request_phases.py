@@ -143,7 +143,7 @@ def test_formats_beside_the_request_are_timed_by_the_wait_for_them_and_log_for_i
     from destination.storage.base import StorageSpec
     from destination.storage.opening import open_storage
     from destination.store.table_store import TableStore
-    from destination.table_formats.sync import FollowFormats
+    from destination.table_formats.sync import FormatPublisher
     from tests.test_table_store import SCHEMA, appender
 
     storage = open_storage(StorageSpec(root=str(tmp_path)))
@@ -153,7 +153,7 @@ def test_formats_beside_the_request_are_timed_by_the_wait_for_them_and_log_for_i
     store = TableStore(storage)
     capsys.readouterr()
     with logs.request_scope(SCHEMA, "events"), phases.recording() as recorder, phases.timed("retention"):
-        assert FollowFormats([iceberg, delta])(store, committed.prefix, committed, 1)
+        assert FormatPublisher([iceberg, delta])(store, committed.prefix, committed, 1)
     assert recorder.seconds["iceberg"] >= 0.25, recorder.seconds
     assert recorder.seconds["delta"] < recorder.seconds["iceberg"]
     assert recorder.seconds["retention"] < 0.2, recorder.seconds

@@ -19,7 +19,7 @@ import pytest
 
 from destination.catalogs.catalog import CatalogRefused, CatalogUnavailable, ForeignEntry, catalog_name
 from destination.catalogs.catalog_settings import CatalogSettings, catalog_settings
-from destination.catalogs.kinds import follow_hook
+from destination.catalogs.kinds import publisher_for
 from destination.catalogs.rest import VERSION_PROPERTY, RestCatalog, rest_keeps
 from destination.model.table_model import ColumnDef
 from destination.on_disk import layout
@@ -53,7 +53,7 @@ def settings_for(storage: Storage, server: S3Server, **changes: str) -> CatalogS
 
 
 def rest_store(storage: Storage, server: S3Server, **options: Any) -> TableStore:
-    return TableStore(storage, follow=follow_hook(TABLE_FORMATS, settings_for(storage, server)), **options)
+    return TableStore(storage, publish=publisher_for(TABLE_FORMATS, settings_for(storage, server)), **options)
 
 
 def reader(storage: Storage, server: S3Server) -> Any:
@@ -210,7 +210,7 @@ def test_wrong_credentials_are_a_task_naming_the_catalog_without_the_secret(stor
                                                                             s3_server: S3Server) -> None:
     settings = settings_for(storage, s3_server, rest_client_secret="wrong-secret-value")
     with pytest.raises(CatalogRefused) as refused:
-        TableStore(storage, follow=follow_hook(TABLE_FORMATS, settings)).write("rest_refused", "events",
+        TableStore(storage, publish=publisher_for(TABLE_FORMATS, settings)).write("rest_refused", "events",
                                                                                appender(storage, 0))
     message = str(refused.value)
     assert f"rest catalog 'fivetran' ({s3_server.iceberg_endpoint}" in message
@@ -260,13 +260,13 @@ def test_every_tester_table_taken_into_the_rest_catalog_holds_its_latest_rows(  
     storage, store, names = run.storage, run.store, run.names
     catalog = reader(storage, s3_server)
     catalog.create_namespace(schema)
-    following = TableStore(storage, follow=follow_hook(TABLE_FORMATS, settings_for(storage, s3_server)))
+    following = TableStore(storage, publish=publisher_for(TABLE_FORMATS, settings_for(storage, s3_server)))
     mapped = {catalog_name(n, rest_keeps, "table"): n for n in names}
     for rest_name, name in mapped.items():
         catalog.create_table((schema, rest_name), schema=pa.schema([("id", pa.int64())]))
         latest = store.load(schema, name)
         assert latest is not None
-        following.follow_up(latest)
+        following.publish_latest(latest)
     assert sorted(t for _, t in catalog.list_tables(schema)) == sorted(mapped)
     for rest_name, name in mapped.items():
         latest = store.load(schema, name)
@@ -329,7 +329,7 @@ def test_credentials_in_the_catalogs_url_reach_no_message_or_log_line(storage: S
     settings = settings_for(storage, s3_server, rest_uri=f"http://cat-user:url-password-1@127.0.0.1:{port}/api"
                                                          "?apikey=url-key-2")
     with pytest.raises(CatalogUnavailable) as unavailable:
-        TableStore(storage, follow=follow_hook(TABLE_FORMATS, settings)).write("rest_url", "events",
+        TableStore(storage, publish=publisher_for(TABLE_FORMATS, settings)).write("rest_url", "events",
                                                                                appender(storage, 0))
     captured = capsys.readouterr()
     said = str(unavailable.value) + captured.out + captured.err

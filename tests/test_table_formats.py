@@ -29,7 +29,7 @@ from destination.storage.opening import open_storage
 from destination.store.table_store import Retention, TableStore
 from destination.store.versions import PendingVersion, TableVersion, VersionTarget
 from destination.table_formats.iceberg import NAME_MAPPING
-from destination.table_formats.sync import FollowFormats, formats_named
+from destination.table_formats.sync import FormatPublisher, formats_named
 from tests.conftest import spec_of
 from tests.lake_readers import (
     DELTA_READERS,
@@ -135,7 +135,7 @@ def check_time_travel_and_change_feed(storage: Storage, store: TableStore, lates
 
 
 def lake_store(storage: Storage, **options: Any) -> TableStore:
-    return TableStore(storage, follow=FollowFormats(formats_named(TABLE_FORMATS)), **options)
+    return TableStore(storage, publish=FormatPublisher(formats_named(TABLE_FORMATS)), **options)
 
 
 def ids_in(table: pa.Table) -> list[int]:

@@ -281,7 +281,7 @@ def test_retention_skips_its_listings_until_a_version_can_retire_then_retires_it
     age = 1.5
     told: list[int] = []
     store = TableStore(storage, Retention(keep_versions=2, min_age_seconds=age),
-                       follow=lambda st, prefix, committed, oldest: told.append(oldest) or True)
+                       publish=lambda st, prefix, committed, oldest: told.append(oldest) or True)
     prefix = layout.table_prefix(SCHEMA, "events")
     listings: list[str] = []
     list_children = storage.list_children

@@ -5,7 +5,7 @@ Faults, as the S3 backend answers them: a transient one (the catalog unreachable
 timeout, throttling) is retried with a bounded backoff and then raised as `CatalogUnavailable` (a write answers gRPC
 UNAVAILABLE: Fivetran retries the request; a read answers from storage without the catalog); wrong credentials or
 missing permissions are `CatalogRefused` (a Task naming the catalog). Neither ever undoes a records commit: the
-entry is caught up later (follow.py).
+entry is caught up later (publish.py).
 """
 from __future__ import annotations
 

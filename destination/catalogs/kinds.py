@@ -4,10 +4,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from destination.catalogs.catalog_settings import GLUE, REST, SQL, CatalogSettings
-from destination.catalogs.follow import Registry
+from destination.catalogs.publish import Registry
 from destination.on_disk.options import APPLIES, DELTA, FORMATS_FIELD, ICEBERG, StoreOptions
 from destination.runtime.errors import UserActionRequired
-from destination.store.versions import FollowCommit
+from destination.store.versions import Publisher
 
 
 def open_registry(settings: CatalogSettings, formats: tuple[str, ...] = ()) -> Registry:
@@ -46,13 +46,13 @@ def check_store_options(settings: CatalogSettings, options: StoreOptions) -> Sto
     return options
 
 
-def follow_hook(formats: tuple[str, ...], settings: CatalogSettings) -> FollowCommit | None:
-    """The store's `follow` hook: the formats, then the catalog's entry when one is configured."""
-    from destination.table_formats.sync import FollowFormats, formats_named
+def publisher_for(formats: tuple[str, ...], settings: CatalogSettings) -> Publisher | None:
+    """The store's `publish` hook: the formats, then the catalog's entry when one is configured."""
+    from destination.table_formats.sync import FormatPublisher, formats_named
 
-    hook = FollowFormats(formats_named(formats)) if formats else None
+    hook = FormatPublisher(formats_named(formats)) if formats else None
     if hook is None or not settings.on:
         return hook
-    from destination.catalogs.follow import FollowCatalog
+    from destination.catalogs.publish import CatalogPublisher
 
-    return FollowCatalog(hook, open_registry(settings, formats))
+    return CatalogPublisher(hook, open_registry(settings, formats))

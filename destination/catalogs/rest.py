@@ -13,7 +13,7 @@ between fails the commit (409), and `advance` answers False.
 Which records version the catalog's metadata is: the table property `records-destination.metadata-location`,
 set by every move, names the records version's metadata file the catalog's current metadata equals; before the
 first move the catalog's own `metadata-location` is that file (the one registered). `location` answers it, so
-follow.py's rule holds as for the other kinds: retention keeps every version from the one the entry names, whose
+publish.py's rule holds as for the other kinds: retention keeps every version from the one the entry names, whose
 snapshots are exactly those the catalog's current metadata lists.
 
 pyiceberg's RestCatalog does every call but the move: its `commit_table` takes the updates as they are (used),

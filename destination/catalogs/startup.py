@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 
 from destination.catalogs.catalog_settings import CatalogSettings
-from destination.catalogs.kinds import follow_hook
+from destination.catalogs.kinds import publisher_for
 from destination.on_disk.options import TABLE_FORMATS
 from destination.runtime import logs
 from destination.runtime.errors import StorageError
@@ -46,7 +46,7 @@ def catch_up_root(storage: Storage, catalog: CatalogSettings, lock: Lock, stoppi
                     continue
                 followed = tuple(fmt.name for fmt in formats_named(TABLE_FORMATS)
                                  if fmt.log(storage, latest.prefix).last is not None)
-                hook = follow_hook(followed, catalog)
+                hook = publisher_for(followed, catalog)
                 if hook is not None:
                     hook(store, latest.prefix, latest, oldest_retained(store, latest.prefix, latest.version))
         except Exception as exc:  # logged by the hook when it is the catalog's; the next request retries it

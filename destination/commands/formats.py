@@ -5,8 +5,8 @@ every table in the catalog of a configuration file, or moves its entry to the la
 from __future__ import annotations
 
 from destination.catalogs.catalog_settings import CatalogSettings
-from destination.catalogs.follow import point_entry
 from destination.catalogs.kinds import open_registry
+from destination.catalogs.publish import point_entry
 from destination.on_disk.options import DELTA, describes
 from destination.runtime.errors import DestinationError
 from destination.storage.base import Storage

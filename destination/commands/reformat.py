@@ -19,8 +19,8 @@ import math
 from collections.abc import Sequence
 
 from destination.catalogs.catalog_settings import CatalogSettings
-from destination.catalogs.follow import Registry
-from destination.catalogs.kinds import follow_hook, open_registry
+from destination.catalogs.kinds import open_registry, publisher_for
+from destination.catalogs.publish import Registry
 from destination.changes.change_settings import ChangeSettings
 from destination.changes.replay import version_files
 from destination.on_disk.options import DELTA, ICEBERG, TABLE_FORMATS, default_layout, describes
@@ -86,7 +86,7 @@ def reformat_command(storage: Storage, name: str, fields: dict[str, str], format
     has = {fmt.name for fmt in formats_named(TABLE_FORMATS) if fmt.log(storage, prefix).last is not None}
     followed = tuple(f for f in TABLE_FORMATS if f in formats or f in dropped or f in has)
     store = TableStore(storage, KEEP_EVERY_VERSION, layout=_layout(probe, prefix, current),
-                       follow=follow_hook(followed, catalog or CatalogSettings()))
+                       publish=publisher_for(followed, catalog or CatalogSettings()))
     changes = _change_settings(storage, prefix, current)
     jobs = JobRunner(storage.spec, lambda: get_session(spark_master), changes, PlacementSettings())
     committed = move_format(jobs, CommitsWithChanges(store, jobs, changes), schema, table, choice)

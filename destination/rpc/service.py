@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from destination.catalogs.catalog_settings import CatalogSettings, catalog_settings
-from destination.catalogs.kinds import check_store_options, follow_hook, open_registry
+from destination.catalogs.kinds import check_store_options, open_registry, publisher_for
 from destination.changes.change_settings import change_settings
 from destination.model.conversion import failure_summary
 from destination.model.table_model import DELETED
@@ -53,7 +53,7 @@ from destination.storage.base import StorageSpec, local_root_problem
 from destination.storage.opening import open_storage
 from destination.storage.s3 import transient_error
 from destination.store.table_store import TableStore
-from destination.write import metrics, requests
+from destination.write import entry_points, metrics
 from destination.write.batches import WRITE_BATCH, WRITE_HISTORY_BATCH, BatchPlan
 from destination.write.copy_job import SparkCopies
 from destination.write.jobs import PlacementSettings
@@ -61,7 +61,7 @@ from destination.write.migrations import migration_target
 from destination.write.progress import current as current_work
 from destination.write.session import get_session, trivial_job
 from destination.write.staging import stages_files
-from destination.write.writers import Writers, writers
+from destination.write.write_path import WritePath, write_path_for
 
 if TYPE_CHECKING:
     from destination.iceberg_rest.warehouses import Warehouses
@@ -98,7 +98,7 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         return get_session(self.options.spark_master, self.options.driver_memory, self.options.spark_event_log,
                            self.options.spark_ui_port)
 
-    def backend(self, configuration: Any) -> Writers:
+    def write_path_of(self, configuration: Any) -> WritePath:
         """The store of the configuration's root (one per root, kept) and the writers of its tables, with the
         configuration's change and placement settings."""
         config = dict(configuration)
@@ -122,9 +122,9 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
                     observer, dropped = self.served.watch(storage, observer)
                 store = self._stores[(spec, stored, catalog)] = TableStore(
                     storage, stored.retention, observer=observer, layout=stored.layout,
-                    copies=SparkCopies(self.spark), follow=follow_hook(stored.formats, catalog), dropped=dropped)
+                    copies=SparkCopies(self.spark), publish=publisher_for(stored.formats, catalog), dropped=dropped)
         placement = PlacementSettings(target_file_bytes=file_bytes, scratch=self._scratch())
-        return writers(store, self.spark, changes, self.options.small_request_bytes, placement, stored.records)
+        return write_path_for(store, self.spark, changes, self.options.small_request_bytes, placement, stored.records)
 
     def _scratch(self) -> StorageSpec | None:
         """Sorted runs go to a local directory when the executors are local; else to the table's storage."""
@@ -204,7 +204,7 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         problem = local_root_problem(spec.root, must_exist=True)  # None for s3://
         if problem is not None:
             raise UserActionRequired(f"{problem}: the Test creates nothing; create the folder or fix `root`")
-        storage = self.backend(configuration).store.storage
+        storage = self.write_path_of(configuration).store.storage
         probe = f".probe-{uuid.uuid4().hex}"
         payload = os.urandom(64)
         with storage.probing_root():
@@ -235,9 +235,9 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
                 label = f"[{name}] {schema}.{table}"
                 started = time.monotonic()
                 try:
-                    backend = self.backend(request.configuration)
-                    with self.locks.hold(backend.store.storage.spec.root, schema, table), _transient_storage_errors():
-                        result, detail = method(self, request, backend, schema, table)
+                    write_path = self.write_path_of(request.configuration)
+                    with self.locks.hold(write_path.store.storage.spec.root, schema, table), _transient_storage_errors():
+                        result, detail = method(self, request, write_path, schema, table)
                 except (UserActionRequired, CommitConflict) as exc:
                     logs.warning(f"{label}: {exc}{_causes(exc)}")
                     message = getattr(exc, "task_message", exc)  # RefusedChange: with an example key, not logged
@@ -267,37 +267,37 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         return wrap
 
     @_rpc("DescribeTable", sdk.DescribeTableResponse, lambda r: (r.schema_name, r.table_name))
-    def DescribeTable(self, request: Any, backend: Writers, schema: str, table: str) -> tuple[Any, str]:
-        current = requests.describe_table(backend, schema, table)
+    def DescribeTable(self, request: Any, write_path: WritePath, schema: str, table: str) -> tuple[Any, str]:
+        current = entry_points.describe_table(write_path, schema, table)
         if current is None:
             return sdk.DescribeTableResponse(not_found=True), "not found"
         return sdk.DescribeTableResponse(table=table_to_proto(current.table)), f"version {current.version}"
 
     @_rpc("CreateTable", sdk.CreateTableResponse, lambda r: (r.schema_name, r.table.name))
-    def CreateTable(self, request: Any, backend: Writers, schema: str, table: str) -> tuple[Any, str]:
+    def CreateTable(self, request: Any, write_path: WritePath, schema: str, table: str) -> tuple[Any, str]:
         definition = table_from_proto(request.table)
-        if requests.create_table(backend, schema, definition):
+        if entry_points.create_table(write_path, schema, definition):
             return sdk.CreateTableResponse(success=True), f"created with {len(definition.columns)} columns"
         return sdk.CreateTableResponse(success=True), "already exists with this definition"
 
     @_rpc("AlterTable", sdk.AlterTableResponse, lambda r: (r.schema_name, r.table.name))
-    def AlterTable(self, request: Any, backend: Writers, schema: str, table: str) -> tuple[Any, str]:
-        outcome = requests.alter_table(backend, schema, table_from_proto(request.table), request.drop_columns)
+    def AlterTable(self, request: Any, write_path: WritePath, schema: str, table: str) -> tuple[Any, str]:
+        outcome = entry_points.alter_table(write_path, schema, table_from_proto(request.table), request.drop_columns)
         return sdk.AlterTableResponse(success=True), f"version {outcome.version}"
 
     @_rpc("Truncate", sdk.TruncateResponse, lambda r: (r.schema_name, r.table_name))
-    def Truncate(self, request: Any, backend: Writers, schema: str, table: str) -> tuple[Any, str]:
+    def Truncate(self, request: Any, write_path: WritePath, schema: str, table: str) -> tuple[Any, str]:
         cutoff_us = request.utc_delete_before.seconds * 1_000_000 + request.utc_delete_before.nanos // 1000
         deleted = request.soft.deleted_column if request.HasField("soft") else None
         if request.HasField("soft") and not deleted:
             deleted = DELETED
-        outcome = requests.truncate(backend, schema, table, request.synced_column or "_fivetran_synced",
+        outcome = entry_points.truncate(write_path, schema, table, request.synced_column or "_fivetran_synced",
                                     cutoff_us, deleted)
         if outcome.version is None:
             return sdk.TruncateResponse(success=True), "table does not exist: nothing to truncate"
         return sdk.TruncateResponse(success=True), f"{'soft' if deleted else 'hard'}: {outcome.counts} version {outcome.version}"
 
-    def _write(self, rpc: str, request: Any, backend: Writers, schema: str, table: str,
+    def _write(self, rpc: str, request: Any, write_path: WritePath, schema: str, table: str,
                files: dict[str, list[str]]) -> tuple[Any, str]:
         """WriteBatch and WriteHistoryBatch: the request as the write needs it, its answer and observation."""
         work = current_work()
@@ -305,12 +305,12 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         def planned(plan: BatchPlan) -> None:  # the request's files, for its progress lines and the status page
             if work is not None:
                 self.observer.batch(rpc, work, plan)
-        batch = requests.BatchRequest(rpc=rpc, schema=schema, table=table,
+        batch = entry_points.BatchRequest(rpc=rpc, schema=schema, table=table,
                                       columns=tuple(table_from_proto(request.table).columns), files=files,
                                       keys=dict(request.keys), file_format=file_format(request.file_params))
-        result = requests.write_batch(backend, batch, self.options.batch_file_format,
+        result = entry_points.write_batch(write_path, batch, self.options.batch_file_format,
                                       self.options.spark_master, planned)
-        if isinstance(result, requests.BatchRetried):
+        if isinstance(result, entry_points.BatchRetried):
             self.observer.retried()
             return (sdk.WriteBatchResponse(success=True),
                     f"{result.files} files already applied in version {result.version} (retried request)")
@@ -324,25 +324,25 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
                                                       f"({outcome.timing_text()})")
 
     @_rpc("WriteBatch", sdk.WriteBatchResponse, lambda r: (r.schema_name, r.table.name))
-    def WriteBatch(self, request: Any, backend: Writers, schema: str, table: str) -> tuple[Any, str]:
-        return self._write(WRITE_BATCH, request, backend, schema, table, {
+    def WriteBatch(self, request: Any, write_path: WritePath, schema: str, table: str) -> tuple[Any, str]:
+        return self._write(WRITE_BATCH, request, write_path, schema, table, {
             "replace": list(request.replace_files), "update": list(request.update_files),
             "delete": list(request.delete_files)})
 
     @_rpc("WriteHistoryBatch", sdk.WriteBatchResponse, lambda r: (r.schema_name, r.table.name))
-    def WriteHistoryBatch(self, request: Any, backend: Writers, schema: str, table: str) -> tuple[Any, str]:
-        return self._write(WRITE_HISTORY_BATCH, request, backend, schema, table, {
+    def WriteHistoryBatch(self, request: Any, write_path: WritePath, schema: str, table: str) -> tuple[Any, str]:
+        return self._write(WRITE_HISTORY_BATCH, request, write_path, schema, table, {
             "earliest": list(request.earliest_start_files), "replace": list(request.replace_files),
             "update": list(request.update_files), "delete": list(request.delete_files)})
 
     @_rpc("Migrate", sdk.MigrateResponse, lambda r: (r.details.schema, r.details.table))
-    def Migrate(self, request: Any, backend: Writers, schema: str, table: str) -> tuple[Any, str]:
+    def Migrate(self, request: Any, write_path: WritePath, schema: str, table: str) -> tuple[Any, str]:
         target = migration_target(request.details)
         if target and target != table:  # a copy or rename also writes its target: hold that table too
-            with self.locks.hold(backend.store.storage.spec.root, schema, target, timeout=TARGET_LOCK_SECONDS):
-                outcome = requests.migrate(backend, schema, table, request.details, common.DataType.Name)
+            with self.locks.hold(write_path.store.storage.spec.root, schema, target, timeout=TARGET_LOCK_SECONDS):
+                outcome = entry_points.migrate(write_path, schema, table, request.details, common.DataType.Name)
         else:
-            outcome = requests.migrate(backend, schema, table, request.details, common.DataType.Name)
+            outcome = entry_points.migrate(write_path, schema, table, request.details, common.DataType.Name)
         if not outcome.supported:
             return sdk.MigrateResponse(unsupported=True), outcome.detail
         return sdk.MigrateResponse(success=True), outcome.detail

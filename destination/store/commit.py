@@ -67,7 +67,7 @@ RECENT_BATCHES = 20  # batch ids remembered per table to recognise a retried req
 RECHECK_AFTER_SECONDS = 1.0  # the claim is checked again before the metadata when the files took longer than this
 
 Produce = Callable[[TableVersion | None, VersionTarget], PendingVersion | None]
-Follow = Callable[[str, TableVersion, int], bool]  # FollowCommit, given the store
+Publish = Callable[[str, TableVersion, int], bool]  # Publisher, given the store
 
 
 class Committer:
@@ -77,7 +77,7 @@ class Committer:
 
     def __init__(self, storage: Storage, names: TableNames, reader: VersionReader, claims: Claims,
                  retention: VersionRetention, carry_forward: CarryForward, *, fault: FaultHook,
-                 observer: Callable[[CommitEvent], None], follow: Follow | None) -> None:
+                 observer: Callable[[CommitEvent], None], publish: Publish | None) -> None:
         self.storage = storage
         self._names = names
         self._reader = reader
@@ -86,7 +86,7 @@ class Committer:
         self._carry_forward = carry_forward
         self._fault = fault
         self._observer = observer
-        self._after = AfterCommit(storage, claims, retention, fault=fault, follow=follow)
+        self._after = AfterCommit(storage, claims, retention, fault=fault, publish=publish)
 
     def begin(self, schema: str, table: str, *, checked: TableVersion | None = None,
               after: Attempt | None = None) -> Attempt:
@@ -362,16 +362,16 @@ class Committer:
 
 
 class AfterCommit:
-    """What follows a commit record: `_latest` and the claims' clean-up, beside the `follow` hook (the table formats)
+    """What follows a commit record: `_latest` and the claims' clean-up, beside the `publish` hook (the table formats)
     and retention."""
 
     def __init__(self, storage: Storage, claims: Claims, retention: VersionRetention, *, fault: FaultHook,
-                 follow: Follow | None) -> None:
+                 publish: Publish | None) -> None:
         self.storage = storage
         self._claims = claims
         self._retention = retention
         self._fault = fault
-        self._follow = follow
+        self._publish = publish
 
     def finish(self, prefix: str, committed: TableVersion) -> None:
         """`_latest` and the claims' clean-up (their failures are warnings), beside the formats and retention."""
@@ -398,7 +398,7 @@ class AfterCommit:
                 housekeeping.wait()
                 return bool(moved)
             try:
-                self._follow_and_retain(prefix, committed, latest_moved)
+                self._publish_and_retain(prefix, committed, latest_moved)
             finally:
                 housekeeping.wait()  # its failures are warnings (`_housekeeping`): a failure above stays the one raised
         except StorageError as exc:  # the commit stands; retention is retried next time
@@ -419,17 +419,17 @@ class AfterCommit:
         except Exception as exc:
             logs.warning(f"{prefix}: version {version} committed; housekeeping failed: {exc}")
 
-    def _follow_and_retain(self, prefix: str, committed: TableVersion, latest_moved: Callable[[], bool]) -> None:
-        """The formats (when followed) and retention; `_log/` is pruned only once `_latest` names this version, so
+    def _publish_and_retain(self, prefix: str, committed: TableVersion, latest_moved: Callable[[], bool]) -> None:
+        """The formats (when published) and retention; `_log/` is pruned only once `_latest` names this version, so
         a load, stepping forward from `_latest`, never starts before the records pruning leaves."""
-        follow = self._follow
+        publish = self._publish
         with phases.timed("retention"):  # the formats' commits, inside it, are phases of their own
-            if follow is None:
+            if publish is None:
                 self._retention.collect_garbage(prefix, committed.version, may_prune=latest_moved)
             else:
                 self._fault("before_table_formats")
                 self._retention.collect_garbage(prefix, committed.version,
-                                                before_retiring=lambda oldest: follow(prefix, committed, oldest),
+                                                before_retiring=lambda oldest: publish(prefix, committed, oldest),
                                                 may_prune=latest_moved)
 
 

@@ -15,7 +15,7 @@ from destination.on_disk.options import Retention as Retention  # re-exported: c
 from destination.storage.base import Storage
 from destination.store.carry import CarryForward
 from destination.store.claims import CLAIM_LEASE_SECONDS, Claims
-from destination.store.commit import Committer, Follow, Produce
+from destination.store.commit import Committer, Produce, Publish
 from destination.store.loading import VersionReader
 from destination.store.retention import VersionRetention
 from destination.store.table_names import TableNames
@@ -24,8 +24,8 @@ from destination.store.versions import (
     CommitEvent,
     Copies,
     FaultHook,
-    FollowCommit,
     PendingVersion,
+    Publisher,
     Repair,
     RequestIdentity,
     TableVersion,
@@ -49,30 +49,30 @@ class TableStore:
     def __init__(self, storage: Storage, retention: Retention | None = None, fault: FaultHook | None = None,
                  claim_lease_seconds: float = CLAIM_LEASE_SECONDS,
                  observer: Callable[[CommitEvent], None] | None = None, *, layout: str = COMPLETE,
-                 copies: Copies | None = None, follow: FollowCommit | None = None,
+                 copies: Copies | None = None, publish: Publisher | None = None,
                  dropped: Callable[[str, str], None] | None = None) -> None:
         """`layout`: how new versions hold their unchanged files (destination/on_disk/options.py); every
         version is read whichever layout wrote it. `copies`: how a large S3 carry-forward is fanned out (None:
-        this process's thread pool). `follow`: called after each commit, before retention (the table formats).
+        this process's thread pool). `publish`: called after each commit, before retention (the table formats).
         `dropped(schema, table)`: called after a table's files are deleted (the served catalog's index)."""
         if layout not in LAYOUTS:
             raise ValueError(f"unknown layout {layout!r}")
         self.storage = storage
         self._fault = fault or _exit_at_named_step
-        self._follow = follow
+        self._publisher = publish
         self._dropped = dropped
-        self._followed: Follow | None = None
-        if follow is not None:
-            self._followed = lambda prefix, committed, oldest: follow(self, prefix, committed, oldest)
+        self._publish: Publish | None = None
+        if publish is not None:
+            self._publish = lambda prefix, committed, oldest: publish(self, prefix, committed, oldest)
         self._names = TableNames(storage)
         self._reader = VersionReader(storage, self._names)
         # one writer per store; callers serialise a table's writes (destination/rpc/table_locks.py)
         self._claims = Claims(storage, uuid.uuid4().hex, claim_lease_seconds)
         self._retention = VersionRetention(storage, retention or Retention(), self._claims, self.fault_point)
-        self._carry = CarryForward(storage, layout, copies, keep_origin=follow is not None)
+        self._carry = CarryForward(storage, layout, copies, keep_origin=publish is not None)
         self._commits = Committer(storage, self._names, self._reader, self._claims, self._retention, self._carry,
                                   fault=self.fault_point, observer=observer or (lambda event: None),
-                                  follow=self._followed)
+                                  publish=self._publish)
 
     @property
     def retention(self) -> Retention:
@@ -140,22 +140,22 @@ class TableStore:
 
     def drop(self, schema: str, table: str) -> None:
         """Remove a table entirely (Migrate drop_table, replacing a copy target)."""
-        if self._follow is not None:
-            self._follow.dropped(self, schema, table)
+        if self._publisher is not None:
+            self._publisher.dropped(self, schema, table)
         self.storage.delete_prefix(self.table_prefix(schema, table))
         self._retention.forget(self.table_prefix(schema, table))
         self._reader.forget(self.table_prefix(schema, table))
         if self._dropped is not None:
             self._dropped(schema, table)
 
-    def follow_up(self, latest: TableVersion) -> None:
-        """Run the `follow` hook (and retention) on the latest committed version, as after its commit: a writer
+    def publish_latest(self, latest: TableVersion) -> None:
+        """Run the `publish` hook (and retention) on the latest committed version, as after its commit: a writer
         that died between its records commit and the hook's work (or a catalog outage) left them behind, and a
         retried request answered "already applied" commits nothing that would catch them up."""
-        followed = self._followed
-        if followed is not None:
+        publish = self._publish
+        if publish is not None:
             self.collect_garbage(latest.prefix, latest.version,
-                                 before_retiring=lambda oldest: followed(latest.prefix, latest, oldest))
+                                 before_retiring=lambda oldest: publish(latest.prefix, latest, oldest))
 
     def fault_point(self, step: str) -> None:
         """A named step of a commit's work, where tests inject a crash (the store's `fault` hook)."""

@@ -56,7 +56,7 @@ class Repair:
     version: int
 
 
-class FollowCommit(Protocol):
+class Publisher(Protocol):
     """Brings a table's other formats (Delta Lake, Iceberg: destination/table_formats/sync.py) up to the version
     just committed, telling them the oldest version retention keeps. False: a format could not follow (logged);
     retention then waits, since a format's latest entry may still reference the files it would delete."""
@@ -64,7 +64,7 @@ class FollowCommit(Protocol):
     def __call__(self, store: TableStore, prefix: str, committed: TableVersion, oldest_retained: int) -> bool: ...
 
     def dropped(self, store: TableStore, schema: str, table: str) -> None:
-        """The table is about to be dropped (its catalog entry goes first: destination/catalogs/follow.py)."""
+        """The table is about to be dropped (its catalog entry goes first: destination/catalogs/publish.py)."""
 
 
 class RequestIdentity(Protocol):

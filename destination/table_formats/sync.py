@@ -1,4 +1,4 @@
-"""Following the records commits with the table formats: after each commit (the store's `follow` hook) every format
+"""Following the records commits with the table formats: after each commit (the store's `publish` hook) every format
 is brought up to the committed version, versions it missed first (a writer that died between the records commit
 and the formats' commits, or formats turned on for an existing table). The records commit stays the commit point:
 a format entry is only ever written for a committed version, and a format behind is caught up by the next write
@@ -43,8 +43,8 @@ from destination.table_formats.version import DELTA, ICEBERG, ChangeDataFile, La
 FORMAT_THREADS = 8  # formats committed beside a request's first one, for all requests of the process at once
 
 
-class FollowFormats:
-    """The store's `follow` hook for the configured formats (destination/store/versions.py `FollowCommit`)."""
+class FormatPublisher:
+    """The store's `publish` hook for the configured formats (destination/store/versions.py `Publisher`)."""
 
     def __init__(self, formats: Sequence[TableFormat]) -> None:
         self.formats = tuple(formats)

@@ -19,7 +19,7 @@ from destination.on_disk.options import DELTA, ICEBERG, describes
 from destination.runtime import logs, phases
 from destination.storage.base import Storage
 from destination.store.table_store import TableStore
-from destination.store.versions import FollowCommit, TableVersion
+from destination.store.versions import Publisher, TableVersion
 from destination.table_formats.iceberg import METADATA, IcebergFormat
 
 KEEP_ALL = 1  # the oldest version the formats are told to keep while the entry's version is unknown: every one
@@ -93,12 +93,12 @@ def point_entry(registry: Registry, storage: Storage, prefix: str, schema: str, 
     return named_version(our_location(catalog, storage, prefix, namespace, name), storage, prefix)
 
 
-class FollowCatalog:
-    """The store's `follow` hook with a catalog: the formats' hook (None: formats off but Iceberg's, which the
+class CatalogPublisher:
+    """The store's `publish` hook with a catalog: the formats' hook (None: formats off but Iceberg's, which the
     catalog reads), then the entry's move. A catalog fault is raised after the formats followed (the records
     version stands; the request answers UNAVAILABLE or a Task, and its retry catches the entry up)."""
 
-    def __init__(self, formats: FollowCommit, registry: Registry) -> None:
+    def __init__(self, formats: Publisher, registry: Registry) -> None:
         self.formats = formats
         self.registry = registry
 

@@ -20,7 +20,7 @@ from destination.write.batches import BatchPlan, check_mode, files_format, plan_
 from destination.write.outcome import BatchRetried as BatchRetried  # re-exported: the handler answers it
 from destination.write.outcome import Outcome
 from destination.write.staging import staged_for_executors
-from destination.write.writers import Writers
+from destination.write.write_path import WritePath
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class BatchWritten:
     outcome: Outcome
 
 
-def write_batch(writers: Writers, request: BatchRequest, server_format: str, spark_master: str,
+def write_batch(writers: WritePath, request: BatchRequest, server_format: str, spark_master: str,
                 planned: Callable[[BatchPlan], None]) -> BatchWritten | BatchRetried:
     """WriteBatch and WriteHistoryBatch: the table's mode, its missing columns added (a version of their own), the
     files' format and plan (`planned` sees it before any row moves: progress lines, the status page), a retry
@@ -75,20 +75,20 @@ def _retried(store: TableStore, schema: str, table: str, retried: BatchRetried) 
     its commit and them."""
     latest = store.load(schema, table)
     if latest is not None:
-        _follow_up(store, latest, reading=False)
+        _publish_latest(store, latest, reading=False)
     return retried
 
 
-def describe_table(writers: Writers, schema: str, table: str) -> TableVersion | None:
+def describe_table(writers: WritePath, schema: str, table: str) -> TableVersion | None:
     """The table's latest version (None: no such table), its formats and catalog entry caught up first (the
-    catalog's catch-up only when the catalog can be reached: `_follow_up`)."""
+    catalog's catch-up only when the catalog can be reached: `_publish_latest`)."""
     current = writers.store.load(schema, table)
     if current is not None:
-        _follow_up(writers.store, current, reading=True)  # formats and catalog left behind by a crash or an outage
+        _publish_latest(writers.store, current, reading=True)  # formats and catalog left behind by a crash or an outage
     return current
 
 
-def create_table(writers: Writers, schema: str, definition: TableDef) -> bool:
+def create_table(writers: WritePath, schema: str, definition: TableDef) -> bool:
     """True: created, in the configured records format; False: it exists with this definition (a retried call).
     Another definition is refused."""
     definition = writers.records.stamp(definition)
@@ -102,11 +102,11 @@ def create_table(writers: Writers, schema: str, definition: TableDef) -> bool:
     return False
 
 
-def alter_table(writers: Writers, schema: str, definition: TableDef, drop_columns: bool) -> Outcome:
+def alter_table(writers: WritePath, schema: str, definition: TableDef, drop_columns: bool) -> Outcome:
     return writers.tables.alter_table(schema, definition, drop_columns)
 
 
-def truncate(writers: Writers, schema: str, table: str, synced_column: str, cutoff_us: int,
+def truncate(writers: WritePath, schema: str, table: str, synced_column: str, cutoff_us: int,
              deleted_column: str | None) -> Outcome:
     """Rows synced before the cutoff removed, or (`deleted_column`) marked deleted, the column added first (a
     version of its own) when the table lacks it; version None: no such table."""
@@ -120,18 +120,18 @@ def truncate(writers: Writers, schema: str, table: str, synced_column: str, cuto
     return writers.writes.truncate(schema, table, synced_column, cutoff_us, deleted_column)
 
 
-def migrate(writers: Writers, schema: str, table: str, details: Any, type_name: Any) -> migrations.MigrationOutcome:
+def migrate(writers: WritePath, schema: str, table: str, details: Any, type_name: Any) -> migrations.MigrationOutcome:
     """One Migrate operation (destination/write/migrations.py); a copy or rename also writes its target table,
     whose lock the caller holds."""
     return migrations.migrate(writers.store, writers.tables, schema, table, details, type_name)
 
 
-def _follow_up(store: TableStore, latest: TableVersion, reading: bool) -> None:
+def _publish_latest(store: TableStore, latest: TableVersion, reading: bool) -> None:
     """Bring the formats and the catalog entry up to `latest`. `reading`: the request only reads (DescribeTable,
     a retried CreateTable), so an unreachable catalog stops nothing: the answer comes from storage and the entry is
     caught up by the next commit or request (the hook logged the warning); a write answers UNAVAILABLE."""
     try:
-        store.follow_up(latest)
+        store.publish_latest(latest)
     except CatalogUnreachable:
         if not reading:
             raise
