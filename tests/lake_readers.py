@@ -38,14 +38,27 @@ def _extension(module: Any) -> str:
 def duck(spec: StorageSpec) -> duckdb.DuckDBPyConnection:
     """DuckDB with PyPI's delta, avro and iceberg extensions (and httpfs plus a secret for an S3 root): a new
     connection to a database made once per S3 server and keys (loading the extensions takes seconds)."""
+    return _database(_s3_of(spec)).cursor()
+
+
+def own_duck(spec: StorageSpec) -> duckdb.DuckDBPyConnection:
+    """A database of its own, for a test that changes it (a secret, an attached catalog): the shared one's cursors
+    share those."""
+    return _connect(_s3_of(spec))
+
+
+def _s3_of(spec: StorageSpec) -> tuple[str, str, str, str] | None:
     if not spec.is_s3:
-        return _database(None).cursor()
-    return _database((spec.s3_endpoint, spec.s3_region or "us-east-1", spec.access_key_id,
-                      spec.secret_access_key)).cursor()
+        return None
+    return spec.s3_endpoint, spec.s3_region or "us-east-1", spec.access_key_id, spec.secret_access_key
 
 
 @functools.cache
 def _database(s3: tuple[str, str, str, str] | None) -> duckdb.DuckDBPyConnection:
+    return _connect(s3)
+
+
+def _connect(s3: tuple[str, str, str, str] | None) -> duckdb.DuckDBPyConnection:
     """Without DuckDB's file cache, each query reads the table's files as they are now, as a new database would."""
     import duckdb_extension_avro
     import duckdb_extension_delta

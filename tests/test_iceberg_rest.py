@@ -34,7 +34,7 @@ from destination.store.versions import TableVersion
 from destination.table_formats.sync import FormatPublisher, formats_named
 from destination.tester.harness import Harness
 from tests.conftest import spec_of
-from tests.lake_readers import _extension, duck, rows
+from tests.lake_readers import _extension, own_duck, rows
 from tests.test_table_formats import TESTER_INPUTS, columns_in, records_rows
 from tests.test_table_store import appender
 
@@ -83,7 +83,7 @@ def duckdb_client(url: str, configuration: dict[str, str], token: str = TOKEN) -
     """DuckDB with the catalog attached as `lake` (httpfs is needed for the REST calls, S3 or not)."""
     import duckdb_extension_httpfs
 
-    con = duck(spec_of(configuration))
+    con = own_duck(spec_of(configuration))  # its secret and attached catalog are its own
     if "aws_access_key_id" not in configuration:
         con.execute(f"LOAD '{_extension(duckdb_extension_httpfs)}'")
     con.execute("CREATE SECRET served (TYPE iceberg, TOKEN ?)", [token])
