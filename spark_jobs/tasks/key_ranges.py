@@ -192,8 +192,7 @@ def merge_range_task(ctx: JobContext, unit: RangeUnit) -> FilesWritten:
         counts["noop_updates"] = paired.noop_updates
         part = write_events(storage, target, table_def, unit.tag, paired.events)
         changes = (part,) if part else ()
-    head_end = None if unit.compact else _head_end(ctx, result.table, op_keys, rewrite)
-    written = _write(ctx, storage, result.table, kept, [head_end] if head_end is not None else [])
+    written = _write(ctx, storage, result.table, kept, None if unit.compact else (op_keys, rewrite))
     counts["files_rewritten"] = len(rewrite)
     counts["units"] = 1  # summed over the job: its tasks
     return FilesWritten(new_files=tuple(written), replaced=tuple(f.name for f in rewrite), counts=counts,
@@ -206,9 +205,9 @@ def _no_operations(ctx: JobContext) -> pa.Table:
 
 
 def _head_end(ctx: JobContext, rows: pa.Table, op_keys: pa.Table, rewrite: list[DataFile]) -> KeyJson | None:
-    """The first key the request reaches in the rewritten files, when the rows before it (rows no operation
-    touched, rewritten only because their file was) are at least as many as the rows from it on and those make a
-    small file (level 1 or more: under a TIER_FAN_IN-th of the target). The head is then written as a file of its
+    """For `rows` in key order: the first key the request reaches in the rewritten files, when the rows before it
+    (rows no operation touched, rewritten only because their file was) are at least as many as the rows from it on
+    and those make a small file (level 1 or more: under a TIER_FAN_IN-th of the target). The head is then written as a file of its
     own, so the next syncs of recent keys rewrite only the small file after it, not the large one the rows were in
     (the tail of a table loaded at once, of a file compacted earlier); a file is split this way at most once per
     sync, and only where the split leaves a small file, so uniform changes and appends write as before. Units that
@@ -217,7 +216,7 @@ def _head_end(ctx: JobContext, rows: pa.Table, op_keys: pa.Table, rewrite: list[
         return None
     table_def = ctx.table
     first = op_keys.take(pc.sort_indices(op_keys, sort_keys=sort_keys(table_def, with_start=False))[:1])
-    head = int((count_bounds_below(key_columns_of(rows, table_def), first) == 0).sum())
+    _start, head = sorted_span(key_columns_of(rows, table_def), None, first)  # by bisection: rows are in key order
     tail = rows.num_rows - head
     stored_rows, stored_bytes = sum(f.rows for f in rewrite), sum(f.bytes for f in rewrite)
     tail_bytes = tail * stored_bytes / stored_rows if stored_rows else 0.0
@@ -227,16 +226,18 @@ def _head_end(ctx: JobContext, rows: pa.Table, op_keys: pa.Table, rewrite: list[
 
 
 def _write(ctx: JobContext, storage: Storage, rows: pa.Table, kept: Iterable[DataFile],
-           cuts: list[KeyJson] | None = None) -> list[DataFile]:
+           touched: tuple[pa.Table, list[DataFile]] | None = None) -> list[DataFile]:
     """`rows` in key order as target-size files, cut where a file left as it is lies between them (files never
-    overlap) and at `cuts` (keys: a file ends before each)."""
+    overlap) and, given the request's keys and the files it rewrote (`touched`), where its untouched head ends
+    (`_head_end`)."""
     if not rows.num_rows:
         return []
     table_def = ctx.table
     rows = sorted_rows(rows, table_def)
     firsts = [f.first_key for f in kept if f.first_key is not None]
-    if cuts:
-        firsts = sorted_unique([*firsts, *cuts], table_def)
+    head_end = _head_end(ctx, rows, *touched) if touched is not None else None
+    if head_end is not None:
+        firsts = sorted_unique([*firsts, head_end], table_def)
     pieces = [rows]
     if firsts:
         between = count_bounds_below(key_columns_of(rows, table_def), keys_from_json(firsts, table_def))
