@@ -490,13 +490,37 @@ def uniform_section(run: Run) -> list[str]:
     return [*lines, UNIFORM_END]
 
 
+ALONGSIDE_START, ALONGSIDE_END = "<!-- alongside:start -->", "<!-- alongside:end -->"
+
+
+def alongside_section(run: Run) -> list[str]:
+    """The scale groups a run of the fleet, soak or steady groups measured beside them (to show a change of the small
+    syncs' path left the large changes as fast as the full run's tables above), between markers: the full run's
+    tables are kept."""
+    lines = [ALONGSIDE_START, "## Large changes, measured beside the small syncs", "",
+             f"Run of {time.strftime('%Y-%m-%d %H:%M', time.localtime(run.started))} on the code at "
+             f"`{run.shape.get('code') or 'not recorded'}`, in the same run as the "
+             f"{' and '.join(sorted(g for g in SECTIONS if getattr(run, g)))} section(s): the scale groups "
+             f"{', '.join(sorted({m.group for m in run.measurements}))}, each table as the full run's above.", ""]
+    for scale, backend in passes(run):
+        lines += [f"### Large changes: {backend}, {scale:,} rows {ran_on(run, run.settings.get(pass_key(backend, scale)))}",
+                  "", f"Configuration fields passed to the server: {passed_fields(run, pass_key(backend, scale))}.", "",
+                  *_table(run, scale, backend), ""]
+    return [*lines, ALONGSIDE_END]
+
+
 def write_into(run: Run, requested: set[str], path: Path) -> str:
     """Write what a run of the `requested` groups (as asked for, without the groups they bring) measured into the
-    report at `path`, and say what was written: the fleet and soak sections, or the uniform changes' section, alone
-    (the report's other parts kept), else the whole results."""
+    report at `path`, and say what was written: the fleet, soak and steady sections, or the uniform changes' section,
+    alone (the report's other parts kept); scale groups measured beside those sections in a section of their own;
+    else the whole results."""
     if requested <= SECTIONS:
         merge_sections(run, path)
         return f"{' and '.join(sorted(requested))} section(s) written into {path}"
+    if requested & SECTIONS:
+        merge_sections(run, path)
+        merge_section(alongside_section(run), ALONGSIDE_START, ALONGSIDE_END, path)
+        return f"{' and '.join(sorted(requested & SECTIONS))} section(s) and the large changes beside them written into {path}"
     if requested == {UNIFORM_GROUP}:
         merge_section(uniform_section(run), UNIFORM_START, UNIFORM_END, path)
         return f"uniform section written into {path}"

@@ -344,14 +344,15 @@ def run_steady(args: argparse.Namespace, extra: dict[str, str], work: Path) -> d
                                args.steady_history_sync_rows, args.steady_phase)
     tables = steady.prepare(shape, Path(args.cache) / "steady", log)
     return _per_backend(args, extra, work / "steady", lambda backend, directory: steady.run_backend(
-        backend, shape, tables, directory, args.duckdb_memory, log))
+        backend, shape, tables, directory, args.duckdb_memory, log), args.steady_backends or args.backends)
 
 
 def _per_backend(args: argparse.Namespace, extra: dict[str, str], work: Path,
-                 run_one: Callable[[Backend, Path], dict[str, Any]]) -> dict[str, Any]:
-    """`run_one` on each backend of --backends, in a folder of its own; backend name → its figures."""
+                 run_one: Callable[[Backend, Path], dict[str, Any]], backends: str | None = None) -> dict[str, Any]:
+    """`run_one` on each backend of `backends` (default --backends), in a folder of its own; backend name → its
+    figures."""
     out = {}
-    for name in (n.strip() for n in args.backends.split(",")):
+    for name in (n.strip() for n in (backends or args.backends).split(",")):
         backend = Backend(name, work / name, extra)
         try:
             out[name] = run_one(backend, work / name)
@@ -413,6 +414,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steady-commits", type=int, default=3_000, help="steady: syncs of the history table")
     parser.add_argument("--steady-history-sync-rows", type=int, default=50, help="steady: rows of each history sync")
     parser.add_argument("--steady-phase", type=int, default=500, help="steady: history commits per phase")
+    parser.add_argument("--steady-backends", help="steady: its backends when not --backends' (its thousands of "
+                                                  "commits take about 35 minutes on S3)")
     parser.add_argument("--layout", help="the `layout` configuration field passed to the server (complete | referencing)")
     parser.add_argument("--target-file-size", help="the `target_file_size` configuration field, e.g. 128MiB")
     parser.add_argument("--catalog", choices=["sql"],

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from bench.report import FLEET_START, merge_sections
-from bench.results import Run
+from bench.report import ALONGSIDE_END, ALONGSIDE_START, FLEET_START, RESULTS_END, RESULTS_START, merge_sections, write_into
+from bench.results import Measurement, Run
 from bench.steady import Sync, summary
 from bench.steady_report import STEADY_END, STEADY_START, steady_targets
 
@@ -67,3 +67,24 @@ def test_a_tables_first_sync_splitting_its_loaded_file_is_named_apart_from_the_b
     assert verdict.endswith("met ✅.") and "1.00 MiB" in verdict and "20.00" in verdict, verdict
     result["sizes"]["steady_large"] = summary([*first, Sync(0.1, 200, 3 * MIB, 20 * MIB, 200_000, None)])
     assert steady_targets("local", result)[1].endswith("missed ❌.")
+
+
+def test_large_changes_measured_beside_it_get_a_section_and_keep_the_full_runs_tables(tmp_path: Path) -> None:
+    """A steady run that also measured the 10M-row groups (to show the large changes as fast as before) writes its
+    section and theirs, leaving the full run's tables and the analysis as they are."""
+    report = tmp_path / "BENCHMARKS.md"
+    report.write_text(f"# Benchmarks\n\n{RESULTS_START}\nfull run's table\n{RESULTS_END}\n\n## Analysis\n\nnotes\n")
+    load = Measurement(scenario="initial load, CSV", backend="local", table="big", rows=10_000_000,
+                       plain_bytes=4_286 * 10**6, seconds=25.0, peak_total=2**31, peak_jvm=2**29, peak_python=3 * 2**29,
+                       bytes_written=944 * 10**6, files_written=14, files_rewritten=0, baseline="decode_csv",
+                       baseline_seconds=16.0, target="load", scale=10_000_000, group="load", files_after=14)
+    run = Run([10_000_000], measurements=[load], shape={"code": "abc1234"},
+              steady={"local": {**_result(0.1, 0.11, 0.2, 0.2, (40, 40)), "code": "abc1234"}})
+    assert "large changes" in write_into(run, {"steady", "load"}, report)
+    write_into(run, {"steady", "load"}, report)  # once, in place
+    text = report.read_text()
+    assert text.count(ALONGSIDE_START) == 1 and text.count(STEADY_START) == 1 and "full run's table" in text
+    assert text.endswith("## Analysis\n\nnotes\n")
+    section = text[text.index(ALONGSIDE_START):text.index(ALONGSIDE_END)]
+    assert "`abc1234`" in section and "### Large changes: local, 10,000,000 rows" in section
+    assert "| initial load, CSV | 10,000,000 | 4,286 | 25.0 | 400,000 |" in section
