@@ -23,14 +23,16 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from destination.process import progress
+from destination.process.progress import RequestWork
 from destination.runtime.errors import Unavailable
-from destination.write import progress
-from destination.write.progress import RequestWork
 
 # (result, task start, task end) per unit, and when the request submitted its units (wall clock)
 TimedResults = list[tuple[Any, float, float]]
 
-MAX_RUNNING_JOBS = 2  # coalesced jobs at once: a long one never holds every small request back
+# coalesced jobs at once: a long one never holds every small request back. Measured (the fleet, 8 calls in flight,
+# quiet machine): 2 slots 8.3 calls/s local, 3.6 on S3; 4 slots 9.5 and 3.5; 64 (every request its own job) 7.8 and 3.2
+MAX_RUNNING_JOBS = 2
 MAX_UNITS_PER_JOB = 256  # a submission with more units runs on its own (a big load gains nothing here)
 MAX_SUBMISSIONS_PER_JOB = 32
 CANCEL_POLL_SECONDS = 0.1
