@@ -28,10 +28,10 @@ from destination.on_disk import layout
 from destination.on_disk.datafiles import write_data_file
 from destination.storage.base import Storage, StorageSpec
 from destination.storage.opening import open_storage
-from destination.store.commit import Produce
 from destination.store.table_store import Retention, TableStore
 from destination.store.versions import PendingVersion, TableVersion, VersionTarget
-from destination.table_formats.sync import FormatPublisher, formats_named
+from destination.table_formats.sync import TableFormatPublisher, table_formats_named
+from destination.write.one_step import Produce, commit_one_step
 
 TABLE = TableDef("events", (ColumnDef("id", "LONG", True), ColumnDef("v", "STRING")))
 TOKEN = "bench-token"
@@ -56,11 +56,11 @@ def run(root: Path, versions: int, loads: int) -> dict[str, float]:
     storage = open_storage(StorageSpec(root=str(root)))
     warehouses = Warehouses(storage)
     observer, dropped = warehouses.watch(storage, lambda event: None)
-    store = TableStore(storage, Retention(keep_versions=versions + 1), publish=FormatPublisher(formats_named(["iceberg"])),
-                       observer=observer, dropped=dropped)
+    store = TableStore(storage, Retention(keep_versions=versions + 1),
+                       publish=TableFormatPublisher(table_formats_named(["iceberg"])), observer=observer, dropped=dropped)
     started = time.monotonic()
     for n in range(versions):
-        store.write("bench", "events", replacing(storage, n * 10))
+        commit_one_step(store, "bench", "events", replacing(storage, n * 10))
     print(f"{versions} versions written in {time.monotonic() - started:.0f} s")
     token = root / "token"
     token.write_text(TOKEN)
@@ -82,7 +82,7 @@ def run(root: Path, versions: int, loads: int) -> dict[str, float]:
     try:
         first = load()
         times = [load() for _ in range(loads)]
-        store.write("bench", "events", replacing(storage, versions * 10))
+        commit_one_step(store, "bench", "events", replacing(storage, versions * 10))
         after_commit = load()
     finally:
         connection.close()

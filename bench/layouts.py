@@ -46,7 +46,7 @@ from destination.runtime.settings import ServerOptions
 from destination.storage.base import Storage, StorageSpec
 from destination.storage.opening import open_storage
 from destination.store.table_store import TableStore
-from destination.table_formats.sync import FormatPublisher
+from destination.table_formats.sync import TableFormatPublisher
 
 SCHEMA, TABLE = "bench", "clustered"
 
@@ -86,11 +86,11 @@ class MethodClock:
 
 class CommitClock(MethodClock):
     """TableStore's commit step and the housekeeping after it; `formats` the part of it spent bringing the table
-    formats up to the commit (FormatPublisher)."""
+    formats up to the commit (TableFormatPublisher)."""
 
     def __init__(self) -> None:
         super().__init__(TableStore, "_commit", "_finish")
-        self.formats = MethodClock(FormatPublisher, "__call__")
+        self.formats = MethodClock(TableFormatPublisher, "__call__")
 
     @contextmanager
     def installed(self) -> Iterator[None]:
@@ -199,8 +199,8 @@ def main(argv: list[str] | None = None) -> int:
                                                                 "(e.g. 'none;delta,iceberg')")
     args = parser.parse_args(argv)
 
+    from destination.process.spark_session import get_session
     from destination.rpc.server import build_server
-    from destination.write.session import get_session
     from testbed.s3server import ACCESS_KEY, SECRET_KEY, free_port, start_seaweedfs
 
     get_session("local[2]")  # before the gRPC server's threads: launching the JVM forks this process

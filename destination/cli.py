@@ -1,4 +1,4 @@
-"""`records-destination`: serve, tester, tables, show, changes, repair, validate, formats, reformat."""
+"""`records-destination`: serve, tester, tables, show, changes, repair, validate, publish, reformat."""
 from __future__ import annotations
 
 import argparse
@@ -93,24 +93,35 @@ def _validate(args: argparse.Namespace) -> int:
     return validate_command(open_root(args.root, _s3_options(args)), args.table)
 
 
-def _formats(args: argparse.Namespace) -> int:
+def _publish(args: argparse.Namespace) -> int:
     from destination.catalogs.catalog_settings import catalog_from_file
-    from destination.commands.formats import formats_command
     from destination.commands.inspection import open_root
-    from destination.on_disk.options import FORMATS_FIELD, table_formats
+    from destination.commands.publish import publish_command
+    from destination.on_disk.options import TABLE_FORMATS_FIELD, table_formats
 
-    names = table_formats({FORMATS_FIELD: args.formats})
+    if args.command == "formats":
+        print("warning: `records-destination formats` is now `records-destination publish`; the old name goes in a "
+              "later release", file=sys.stderr)
+    names = table_formats({TABLE_FORMATS_FIELD: _table_formats_option(args)})
     storage = open_root(args.root, _s3_options(args))
-    return formats_command(storage, args.table, names, args.rebuild, catalog_from_file(args.catalog, storage.spec))
+    return publish_command(storage, args.table, names, args.rebuild, catalog_from_file(args.catalog, storage.spec))
+
+
+def _table_formats_option(args: argparse.Namespace) -> str:
+    """--table-formats, or its old spelling --formats (a warning says so)."""
+    if args.formats is not None:
+        print("warning: --formats is now --table-formats; the old spelling goes in a later release", file=sys.stderr)
+        return str(args.formats)
+    return str(args.table_formats)
 
 
 def _reformat(args: argparse.Namespace) -> int:
     from destination.catalogs.catalog_settings import catalog_from_file
     from destination.commands.inspection import open_root
     from destination.commands.reformat import choice_fields, reformat_command
-    from destination.on_disk.options import FORMATS_FIELD, table_formats
+    from destination.on_disk.options import TABLE_FORMATS_FIELD, table_formats
 
-    names = table_formats({FORMATS_FIELD: args.formats})
+    names = table_formats({TABLE_FORMATS_FIELD: _table_formats_option(args)})
     storage = open_root(args.root, _s3_options(args))
     fields = choice_fields(args.records_format, args.records_variant, args.records_hint)
     logs.configure_library_logging()
@@ -157,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "Prometheus' usual one)")
     serve.add_argument("--catalog", metavar="CONFIGURATION_JSON",
                        help="at start-up, also move the catalog entries of the --root's tables in this configuration "
-                            "file's catalog (as `formats --catalog`); the formats are caught up either way")
+                            "file's catalog (as `publish --catalog`); the table formats are caught up either way")
     serve.add_argument("--spark-ui-port", type=port_number,
                        help="turn Spark's own web UI on, on this port (default: off)")
     serve.add_argument("--iceberg-rest-port", type=port_number,
@@ -222,19 +233,21 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("table", nargs="?", help="SCHEMA.TABLE (default: every table under the root)")
     _store_arguments(validate)
     validate.set_defaults(func=_validate)
-    formats = sub.add_parser("formats", help="bring the Delta Lake and Iceberg metadata of a table (or of every "
-                                             "table) up to its committed versions; --rebuild writes it anew")
-    formats.add_argument("table", nargs="?", help="SCHEMA.TABLE (default: every table under the root)")
-    formats.add_argument("--formats", default="delta,iceberg", help="delta,iceberg (default), delta or iceberg")
-    formats.add_argument("--catalog", metavar="CONFIGURATION_JSON",
+    publish = sub.add_parser("publish", aliases=["formats"],
+                             help="bring the Delta Lake and Iceberg metadata (and the --catalog entry) of a table, or "
+                                  "of every table, up to its committed versions; --rebuild writes it anew ("
+                                  "`formats`: its old name)")
+    publish.add_argument("table", nargs="?", help="SCHEMA.TABLE (default: every table under the root)")
+    _table_formats_arguments(publish, "delta,iceberg (default), delta or iceberg")
+    publish.add_argument("--catalog", metavar="CONFIGURATION_JSON",
                          help="also register each table in (or move its entry to the latest version of) the catalog "
                               "of this configuration file (the connector's fields: catalog, catalog_uri, …; a file "
                               "keeps the credentials off the command line)")
-    formats.add_argument("--rebuild", action="store_true", help="clear the formats' folders first (_delta_log/, "
-                                                                "_change_data/, metadata/) and write every retained "
-                                                                "version again")
-    _store_arguments(formats)
-    formats.set_defaults(func=_formats)
+    publish.add_argument("--rebuild", action="store_true", help="clear the table formats' folders first "
+                                                                "(_delta_log/, _change_data/, metadata/) and write "
+                                                                "every retained version again")
+    _store_arguments(publish)
+    publish.set_defaults(func=_publish)
     reformat = sub.add_parser("reformat", help="move a table to another records format: its rows written again in "
                                                "that format as one new version; its next writes use it")
     reformat.add_argument("table", help="SCHEMA.TABLE")
@@ -249,9 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="to a format a table format does not describe (Delta: all but parquet; Iceberg: "
                                "delimited): remove that metadata and, for Iceberg, the --catalog entry (refused "
                                "without it when the table has any)")
-    reformat.add_argument("--formats", default="delta,iceberg",
-                          help="the table formats written anew for it, as the server's table_formats (default "
-                               "delta,iceberg; none: none anew); metadata the table has follows the move anyway")
+    _table_formats_arguments(reformat, "the table formats written anew for it, as the server's table_formats "
+                                       "(default delta,iceberg; none: none anew); metadata the table has follows "
+                                       "the move anyway")
     reformat.add_argument("--catalog", metavar="CONFIGURATION_JSON",
                           help="the catalog of this configuration file: its entry registered or moved (to parquet or "
                                "avro) or dropped (to delimited, with --drop-table-formats)")
@@ -259,6 +272,11 @@ def build_parser() -> argparse.ArgumentParser:
     _store_arguments(reformat)
     reformat.set_defaults(func=_reformat)
     return parser
+
+
+def _table_formats_arguments(p: argparse.ArgumentParser, helptext: str) -> None:
+    p.add_argument("--table-formats", default="delta,iceberg", help=helptext)
+    p.add_argument("--formats", help=argparse.SUPPRESS)  # the old spelling, warned about
 
 
 def _store_arguments(p: argparse.ArgumentParser) -> None:

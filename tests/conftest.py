@@ -37,7 +37,7 @@ def layout_option(config: pytest.Config) -> str | None:
 
 @pytest.fixture(scope="session")
 def spark():  # type: ignore[no-untyped-def]
-    from destination.write.session import get_session
+    from destination.process.spark_session import get_session
 
     return get_session("local[2]")
 

@@ -25,8 +25,8 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from destination.model.table_model import ColumnDef, TableDef
+from destination.process import spark_session as session
 from destination.storage.base import StorageSpec
-from destination.write import session
 from destination.write.runner import run_units
 from spark_jobs.contracts import JobContext
 from tests.serverproc import running_python_workers

@@ -22,6 +22,7 @@ from destination.storage.opening import open_storage
 from destination.store.table_store import Retention, TableStore
 from destination.store.versions import PendingVersion
 from destination.table_formats.iceberg import file_io_properties
+from destination.write.one_step import commit_one_step
 from tests.conftest import spec_of
 from tests.lake_readers import rows
 from tests.rpc_helpers import run_tester_input
@@ -68,10 +69,10 @@ def metadata_of(storage: Storage, version: int, table: str = "events") -> str:
 def test_every_commit_moves_the_entry_and_time_travel_reads_the_previous_version(storage: Storage,
                                                                                    catalog_uri: str) -> None:
     store = sql_store(storage, catalog_uri)
-    store.write(SCHEMA, "events", appender(storage, 0))
+    commit_one_step(store, SCHEMA, "events", appender(storage, 0))
     assert entry(storage, catalog_uri) == metadata_of(storage, 1)
     assert catalog_ids(storage, catalog_uri) == [0, 1, 2]
-    store.write(SCHEMA, "events", appender(storage, 10))
+    commit_one_step(store, SCHEMA, "events", appender(storage, 10))
     assert entry(storage, catalog_uri) == metadata_of(storage, 2)
     assert catalog_ids(storage, catalog_uri) == [0, 1, 2, 10, 11, 12]
     assert catalog_ids(storage, catalog_uri, snapshot=1) == [0, 1, 2]  # time travel through the entry
@@ -89,7 +90,7 @@ def test_a_name_the_catalog_cannot_hold_is_mapped_reversibly(storage: Storage, c
     from destination.on_disk.naming import decode_name
 
     store = sql_store(storage, catalog_uri)
-    store.write("sales.eu~x", "events", appender(storage, 0))
+    commit_one_step(store, "sales.eu~x", "events", appender(storage, 0))
     listed = reader(storage, catalog_uri).list_tables("sales~2Eeu~7Ex")
     assert listed == [("sales~2Eeu~7Ex", "events")]
     assert decode_name("sales~2Eeu~7Ex") == "sales.eu~x"
@@ -99,14 +100,14 @@ def test_a_name_the_catalog_cannot_hold_is_mapped_reversibly(storage: Storage, c
 def test_a_crash_before_the_entry_moves_leaves_the_previous_version_and_the_next_write_catches_up(
         storage: Storage, catalog_uri: str, step: str) -> None:
     store = sql_store(storage, catalog_uri)
-    store.write(SCHEMA, "events", appender(storage, 0))
+    commit_one_step(store, SCHEMA, "events", appender(storage, 0))
 
     def crash(at: str) -> None:
         if at == step:
             raise SimulatedCrash(at)
 
     with pytest.raises(SimulatedCrash):
-        sql_store(storage, catalog_uri, fault=crash).write(SCHEMA, "events", appender(storage, 10))
+        commit_one_step(sql_store(storage, catalog_uri, fault=crash), SCHEMA, "events", appender(storage, 10))
     assert store.latest_version_number(layout.table_prefix(SCHEMA, "events")) == 2  # committed in records
     assert entry(storage, catalog_uri) == metadata_of(storage, 1)
     assert catalog_ids(storage, catalog_uri) == [0, 1, 2]
@@ -114,7 +115,7 @@ def test_a_crash_before_the_entry_moves_leaves_the_previous_version_and_the_next
     assert latest is not None
     store.publish_latest(latest)  # what the next request for the table does (DescribeTable, a retried write)
     assert entry(storage, catalog_uri) == metadata_of(storage, 2)
-    store.write(SCHEMA, "events", appender(storage, 20))
+    commit_one_step(store, SCHEMA, "events", appender(storage, 20))
     assert catalog_ids(storage, catalog_uri) == [0, 1, 2, 10, 11, 12, 20, 21, 22]
     assert catalog_ids(storage, catalog_uri, snapshot=2) == [0, 1, 2, 10, 11, 12]
 
@@ -122,11 +123,11 @@ def test_a_crash_before_the_entry_moves_leaves_the_previous_version_and_the_next
 def test_drop_removes_the_entry_and_a_new_table_of_the_name_is_registered_again(storage: Storage,
                                                                                   catalog_uri: str) -> None:
     store = sql_store(storage, catalog_uri)
-    store.write(SCHEMA, "events", appender(storage, 0))
-    store.write(SCHEMA, "other", named_appender(storage, "other", 5))
+    commit_one_step(store, SCHEMA, "events", appender(storage, 0))
+    commit_one_step(store, SCHEMA, "other", named_appender(storage, "other", 5))
     store.drop(SCHEMA, "events")
     assert reader(storage, catalog_uri).list_tables(NAMESPACE) == [(NAMESPACE, "other")]
-    store.write(SCHEMA, "events", appender(storage, 30))
+    commit_one_step(store, SCHEMA, "events", appender(storage, 30))
     assert catalog_ids(storage, catalog_uri) == [30, 31, 32]
 
 
@@ -147,7 +148,7 @@ def another_entry_survives(storage: Storage, store: TableStore, table: str, entr
     before = entry()
     for version, produce in ((1, named_appender(storage, table, 0)), (2, added_column(table))):
         with pytest.raises(ForeignEntry) as refused:
-            store.write(SCHEMA, table, produce)
+            commit_one_step(store, SCHEMA, table, produce)
         assert names in str(refused.value) and "did not make" in str(refused.value)
         assert entry() == before
         committed = store.load(SCHEMA, table)
@@ -187,7 +188,7 @@ def test_wrong_credentials_are_a_task_naming_the_catalog_without_the_password(st
                                                                               postgres_server: Any) -> None:
     uri = postgres_server.url("postgres", password="wrong-password")
     with pytest.raises(CatalogRefused) as refused:
-        sql_store(storage, uri).write(SCHEMA, "events", appender(storage, 0))
+        commit_one_step(sql_store(storage, uri), SCHEMA, "events", appender(storage, 0))
     message = str(refused.value)
     assert "sql catalog 'fivetran'" in message and "127.0.0.1" in message and "wrong-password" not in message
     # the records version was committed all the same
@@ -217,12 +218,12 @@ def test_a_catalog_outage_during_a_write_keeps_the_version_and_the_next_write_ca
     retention = Retention(keep_versions=2, min_age_seconds=0)
     store = sql_store(storage, uri, retention=retention)
     for i in range(2):
-        store.write(SCHEMA, "events", appender(storage, i * 10))
+        commit_one_step(store, SCHEMA, "events", appender(storage, i * 10))
     assert entry(storage, uri) == metadata_of(storage, 2)
     proxy.arm(b"", UNTIL_RESTORED)  # every connection and query from now on is reset
     for i in range(2, 4):  # two writes during the outage: each commits in records and answers UNAVAILABLE
         with pytest.raises(CatalogUnavailable, match="unreachable after 4 attempts"):
-            store.write(SCHEMA, "events", appender(storage, i * 10))
+            commit_one_step(store, SCHEMA, "events", appender(storage, i * 10))
     assert proxy.failed >= 4
     proxy.restore()
     prefix = layout.table_prefix(SCHEMA, "events")
@@ -230,12 +231,12 @@ def test_a_catalog_outage_during_a_write_keeps_the_version_and_the_next_write_ca
     assert entry(storage, uri) == metadata_of(storage, 2)  # the entry still names version 2 ...
     assert storage.exists(f"{prefix}/metadata/v2.metadata.json")  # ... and retention kept its metadata
     assert catalog_ids(storage, uri) == [0, 1, 2, 10, 11, 12]  # and its files
-    store.write(SCHEMA, "events", appender(storage, 40))  # the next write catches the entry up
+    commit_one_step(store, SCHEMA, "events", appender(storage, 40))  # the next write catches the entry up
     assert entry(storage, uri) == metadata_of(storage, 5)
     assert catalog_ids(storage, uri) == sorted(i * 10 + k for i in range(5) for k in range(3))
     assert catalog_ids(storage, uri, snapshot=4) == sorted(i * 10 + k for i in range(4) for k in range(3))
     # retention went on once the entry moved: version 2's metadata is gone
-    store.write(SCHEMA, "events", appender(storage, 50))
+    commit_one_step(store, SCHEMA, "events", appender(storage, 50))
     assert not storage.exists(f"{prefix}/metadata/v2.metadata.json")
     assert pa.array(catalog_ids(storage, uri)).to_pylist()[-1] == 52
 
@@ -267,7 +268,7 @@ def test_every_tester_table_is_found_through_the_catalog_at_its_latest_version( 
             assert rows(travelled, common) == rows(records_rows(storage, previous), common), f"{name} time travel"
 
 
-def test_the_formats_command_registers_existing_tables_and_moves_entries_left_behind(  # type: ignore[no-untyped-def]
+def test_the_publish_command_under_its_old_name_registers_existing_tables_and_moves_entries_left_behind(  # type: ignore[no-untyped-def]
         storage: Storage, catalog_uri: str, tmp_path: Path, capsys, monkeypatch) -> None:
     import json
 
@@ -277,14 +278,16 @@ def test_the_formats_command_registers_existing_tables_and_moves_entries_left_be
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", storage.spec.access_key_id)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", storage.spec.secret_access_key)
     for i in range(2):  # written before any catalog was configured
-        lake_store(storage).write(SCHEMA, "events", appender(storage, i * 10))
-    lake_store(storage).write(SCHEMA, "other", named_appender(storage, "other", 5))
+        commit_one_step(lake_store(storage), SCHEMA, "events", appender(storage, i * 10))
+    commit_one_step(lake_store(storage), SCHEMA, "other", named_appender(storage, "other", 5))
     config = tmp_path / "configuration.json"
     config.write_text(json.dumps({"catalog": "sql", "catalog_uri": catalog_uri}))
     options = ["--s3-endpoint", storage.spec.s3_endpoint, "--s3-region", "us-east-1"] if storage.spec.is_s3 else []
-    command = ["formats", "--root", storage.spec.root, *options, "--catalog", str(config)]
+    command = ["formats", "--root", storage.spec.root, *options, "--catalog", str(config)]  # `publish`'s old name
     assert cli_main(command) == 0
-    assert "entry at version 2" in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert "entry at version 2" in printed.out
+    assert "`records-destination formats` is now `records-destination publish`" in printed.err
     assert entry(storage, catalog_uri) == metadata_of(storage, 2)
     assert entry(storage, catalog_uri, "other") == metadata_of(storage, 1, "other")
     assert catalog_ids(storage, catalog_uri) == [0, 1, 2, 10, 11, 12]
@@ -294,7 +297,7 @@ def test_the_formats_command_registers_existing_tables_and_moves_entries_left_be
             raise SimulatedCrash(at)
 
     with pytest.raises(SimulatedCrash):  # the entry is left at version 2
-        sql_store(storage, catalog_uri, fault=crash).write(SCHEMA, "events", appender(storage, 20))
+        commit_one_step(sql_store(storage, catalog_uri, fault=crash), SCHEMA, "events", appender(storage, 20))
     assert entry(storage, catalog_uri) == metadata_of(storage, 2)
     assert cli_main([*command[:1], f"{SCHEMA}.events", *command[1:]]) == 0
     assert entry(storage, catalog_uri) == metadata_of(storage, 3)
@@ -305,7 +308,7 @@ def test_the_formats_command_registers_existing_tables_and_moves_entries_left_be
 
 def _server_store(grpc_endpoint: Any, root: str) -> TableStore:
     service = grpc_endpoint[1]
-    return next(store for (spec, _, _), store in service._stores.items() if spec.root == root)
+    return next(store for (spec, _, _), store in service.roots._stores.items() if spec.root == root)
 
 
 def test_a_retried_write_answered_already_applied_catches_the_formats_and_the_entry_up(  # type: ignore[no-untyped-def]
@@ -434,7 +437,7 @@ def test_the_start_up_catch_up_brings_the_formats_and_the_entries_of_the_root_up
     from tests.lake_readers import delta_table
 
     left_a_version_behind(storage, catalog_uri)
-    TableStore(storage).write(SCHEMA, "plain", named_appender(storage, "plain", 0))  # written with formats off
+    commit_one_step(TableStore(storage), SCHEMA, "plain", named_appender(storage, "plain", 0))  # written with formats off
     prefix = layout.table_prefix(SCHEMA, "events")
     assert delta_table(storage.spec, storage.url(prefix)).version() == 1
     settings = CatalogSettings(kind="sql", uri=catalog_uri, name=CATALOG)
@@ -450,14 +453,14 @@ def test_the_start_up_catch_up_brings_the_formats_and_the_entries_of_the_root_up
 def left_a_version_behind(storage: Storage, uri: str) -> None:
     """`events` at version 1 everywhere, then version 2 committed with the server killed before the formats and
     the catalog followed it."""
-    sql_store(storage, uri).write(SCHEMA, "events", appender(storage, 0))
+    commit_one_step(sql_store(storage, uri), SCHEMA, "events", appender(storage, 0))
 
     def killed(at: str) -> None:
         if at == "before_table_formats":
             raise SimulatedCrash(at)
 
     with pytest.raises(SimulatedCrash):
-        sql_store(storage, uri, fault=killed).write(SCHEMA, "events", appender(storage, 10))
+        commit_one_step(sql_store(storage, uri, fault=killed), SCHEMA, "events", appender(storage, 10))
 
 
 @pytest.mark.serve

@@ -17,6 +17,7 @@ from destination.storage.base import Storage
 from destination.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from destination.store.versions import IncompleteVersion, Repair
+from destination.write.one_step import commit_one_step
 from tests.conftest import spec_of
 from tests.test_table_store import SCHEMA, appender, ids
 
@@ -109,7 +110,7 @@ class TakeoverRace:
 
 
 def test_two_writers_taking_over_one_stale_claim_never_commit_a_version_with_missing_files(storage: Storage) -> None:
-    TableStore(storage).write(SCHEMA, TABLE_NAME, appender(storage, 1))
+    commit_one_step(TableStore(storage), SCHEMA, TABLE_NAME, appender(storage, 1))
     leave_stale_claim(storage, 2)
     prefix = layout.table_prefix(SCHEMA, TABLE_NAME)
     race = TakeoverRace(prefix, 2)
@@ -118,7 +119,7 @@ def test_two_writers_taking_over_one_stale_claim_never_commit_a_version_with_mis
     def writer(first_id: int) -> None:
         store = TableStore(HookedStorage(storage, race.before, race.after), fault=race.fault)  # type: ignore[arg-type]
         try:
-            store.write(SCHEMA, TABLE_NAME, appender(storage, first_id))
+            commit_one_step(store, SCHEMA, TABLE_NAME, appender(storage, first_id))
         except Exception as exc:
             errors.append(exc)
 
@@ -144,7 +145,7 @@ WRITERS = 6
 def test_many_writers_over_a_stale_claim_keep_every_key_exactly_once(storage: Storage) -> None:
     """WritePath with their own identities (as separate servers) all start on a table whose next version is claimed
     by a dead writer; each appends twice. Every key must be in the latest version exactly once."""
-    TableStore(storage).write(SCHEMA, TABLE_NAME, appender(storage, 1))
+    commit_one_step(TableStore(storage), SCHEMA, TABLE_NAME, appender(storage, 1))
     leave_stale_claim(storage, 2, leftovers=20)
     start = threading.Barrier(WRITERS)
     errors: list[BaseException] = []
@@ -154,7 +155,7 @@ def test_many_writers_over_a_stale_claim_keep_every_key_exactly_once(storage: St
         start.wait()
         try:
             for i in range(2):
-                store.write(SCHEMA, TABLE_NAME, appender(storage, offset + i * 10, 2))
+                commit_one_step(store, SCHEMA, TABLE_NAME, appender(storage, offset + i * 10, 2))
         except Exception as exc:
             errors.append(exc)
 
@@ -188,8 +189,8 @@ def break_latest_version(store: TableStore) -> str:
 
 def test_an_incomplete_latest_version_is_read_around_refused_for_writes_and_repaired(storage: Storage, capsys) -> None:  # type: ignore[no-untyped-def]
     store = TableStore(storage)
-    store.write(SCHEMA, TABLE_NAME, appender(storage, 1))
-    store.write(SCHEMA, TABLE_NAME, appender(storage, 10))
+    commit_one_step(store, SCHEMA, TABLE_NAME, appender(storage, 1))
+    commit_one_step(store, SCHEMA, TABLE_NAME, appender(storage, 10))
     lost = break_latest_version(store)
     capsys.readouterr()
     fallback = store.load(SCHEMA, TABLE_NAME)
@@ -197,7 +198,7 @@ def test_an_incomplete_latest_version_is_read_around_refused_for_writes_and_repa
     warnings = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"WARNING"' in line]
     assert len(warnings) == 1 and "version 2 is committed but 1 of its files are missing" in warnings[0]["message"]
     with pytest.raises(IncompleteVersion) as refused:
-        store.write(SCHEMA, TABLE_NAME, appender(storage, 20))
+        commit_one_step(store, SCHEMA, TABLE_NAME, appender(storage, 20))
     message = str(refused.value)
     assert lost in message and f"records-destination repair {SCHEMA}.{TABLE_NAME} --root {storage.spec.root}" in message
     assert store.latest_version_number(layout.table_prefix(SCHEMA, TABLE_NAME)) == 2  # the refused write left nothing
@@ -208,7 +209,7 @@ def test_an_incomplete_latest_version_is_read_around_refused_for_writes_and_repa
     assert repaired is not None and repaired.version == 3 and ids(store, repaired) == [1, 2, 3]
     assert validate_version(storage, repaired.directory) == []
     assert store.repair(SCHEMA, TABLE_NAME) is None  # nothing left to repair
-    after = store.write(SCHEMA, TABLE_NAME, appender(storage, 20))
+    after = commit_one_step(store, SCHEMA, TABLE_NAME, appender(storage, 20))
     assert after is not None and after.version == 4 and ids(store, after) == [1, 2, 3, 20, 21, 22]
 
 
@@ -217,8 +218,8 @@ def test_tables_and_repair_commands_on_an_incomplete_table(configuration, monkey
 
     storage = open_storage(spec_of(configuration))
     store = TableStore(storage)
-    store.write(SCHEMA, TABLE_NAME, appender(storage, 1))
-    store.write(SCHEMA, TABLE_NAME, appender(storage, 10))
+    commit_one_step(store, SCHEMA, TABLE_NAME, appender(storage, 1))
+    commit_one_step(store, SCHEMA, TABLE_NAME, appender(storage, 10))
     break_latest_version(store)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", configuration.get("aws_access_key_id", ""))
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", configuration.get("aws_secret_access_key", ""))
@@ -274,10 +275,10 @@ def test_the_claim_of_a_version_committed_by_a_writer_that_then_died_is_removed(
         if step == "after_commit_record":
             raise Died(step)
 
-    TableStore(storage).write(SCHEMA, TABLE_NAME, appender(storage, 1))
+    commit_one_step(TableStore(storage), SCHEMA, TABLE_NAME, appender(storage, 1))
     with pytest.raises(Died):
-        TableStore(storage, fault=die_after_commit).write(SCHEMA, TABLE_NAME, appender(storage, 10))
+        commit_one_step(TableStore(storage, fault=die_after_commit), SCHEMA, TABLE_NAME, appender(storage, 10))
     prefix = layout.table_prefix(SCHEMA, TABLE_NAME)
     assert storage.exists(layout.claim_path(prefix, 2))
-    TableStore(storage).write(SCHEMA, TABLE_NAME, appender(storage, 20))
+    commit_one_step(TableStore(storage), SCHEMA, TABLE_NAME, appender(storage, 20))
     assert [n for n in storage.list_children(f"{prefix}/_log") if ".claim" in n] == []

@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from destination.protocol import sdk
-from destination.rpc.service import DestinationService
+from destination.rpc.server import assemble
 from destination.runtime.settings import ServerOptions
 from destination.storage.opening import open_storage
 from destination.store.table_store import TableStore
@@ -28,7 +28,7 @@ BIN = Path(sys.executable).parent / "records-destination"
 
 @pytest.mark.parametrize("fmt,expected", [("csv", "CSV"), ("parquet", "PARQUET")])
 def test_capabilities_follow_the_batch_file_format(fmt: str, expected: str) -> None:
-    answer = DestinationService(ServerOptions(batch_file_format=fmt)).Capabilities(sdk.CapabilitiesRequest(), None)
+    answer = assemble(ServerOptions(batch_file_format=fmt)).Capabilities(sdk.CapabilitiesRequest(), None)
     assert sdk.BatchFileFormat.Name(answer.batch_file_format) == expected
 
 

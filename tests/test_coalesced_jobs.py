@@ -25,6 +25,7 @@ from destination.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from destination.store.versions import PendingVersion
 from destination.write.coalescer import Coalescer
+from destination.write.one_step import commit_one_step
 from destination.write.runner import COALESCER, _run_coalesced_job
 from spark_jobs.boundary import run_unit
 from spark_jobs.contracts import JobContext
@@ -155,7 +156,7 @@ def test_coalesced_requests_fail_cancel_and_retry_on_their_own(stub, spark, tmp_
             # a concurrent writer (lease run out) takes `retried`'s version 2 over and commits it: that request's
             # commit conflicts after its job, and it redoes its work on version 2, in a later job
             taker = TableStore(open_storage(StorageSpec(root=str(root))), claim_lease_seconds=0.0)
-            taken = taker.write(SCHEMA, "retried", lambda base, target: PendingVersion(
+            taken = commit_one_step(taker, SCHEMA, "retried", lambda base, target: PendingVersion(
                 base.table, [], list(base.files), {"kind": "concurrent"}) if base else None)
             assert taken is not None and taken.version == 2
             resent = pool.submit(stub.WriteBatch, again)

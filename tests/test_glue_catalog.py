@@ -23,6 +23,7 @@ from destination.storage.base import Storage
 from destination.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from destination.table_formats.iceberg import file_io_properties
+from destination.write.one_step import commit_one_step
 from tests.conftest import spec_of
 from tests.lake_readers import delta_rs, rows
 from tests.rpc_helpers import run_tester_input
@@ -66,14 +67,14 @@ def delta_entry_rows(glue: Any, storage: Storage, database: str, name: str, colu
 
 def test_the_glue_entry_follows_commits_and_drops(storage: Storage, glue_endpoint: str) -> None:
     store = glue_store(storage, glue_endpoint)
-    store.write(SCHEMA, "events", appender(storage, 0))
+    commit_one_step(store, SCHEMA, "events", appender(storage, 0))
     glue = glue_client(glue_endpoint)
     first = glue.get_table(DatabaseName=DATABASE, Name="events")["Table"]
     glue.update_table(DatabaseName=DATABASE, TableInput={  # a parameter a user (or Lake Formation...) sets
         "Name": "events", "TableType": first["TableType"], "StorageDescriptor": first["StorageDescriptor"],
         "Parameters": {**first["Parameters"], "classification": "team-a"}})
-    store.write(SCHEMA, "events", appender(storage, 10))
-    store.write(SCHEMA, "other", named_appender(storage, "other", 5))
+    commit_one_step(store, SCHEMA, "events", appender(storage, 10))
+    commit_one_step(store, SCHEMA, "other", named_appender(storage, "other", 5))
     entry = glue.get_table(DatabaseName=DATABASE, Name="events")["Table"]
     assert entry["Parameters"]["classification"] == "team-a"  # the commit kept it
     assert entry["Parameters"]["table_type"] == "ICEBERG"
@@ -106,7 +107,7 @@ def test_a_glue_name_held_by_another_table_is_a_task_naming_it(storage: Storage,
         "Name": taken, "TableType": "EXTERNAL_TABLE", "Parameters": {"table_type": "ICEBERG"}})
     store = glue_store(storage, glue_endpoint)
     with pytest.raises(EntryTaken) as refused:
-        store.write(SCHEMA, taken, named_appender(storage, taken, 0))
+        commit_one_step(store, SCHEMA, taken, named_appender(storage, taken, 0))
     assert isinstance(refused.value, UserActionRequired)
     assert f"{DATABASE}_delta.{taken} of table_type ICEBERG, not DELTA" in str(refused.value)
     assert store.load(SCHEMA, taken) is not None  # the records version is not lost to the catalog
@@ -198,7 +199,7 @@ def test_an_avro_table_has_an_iceberg_entry_only_and_moves_keep_the_delta_entry_
     """Delta Lake does not describe Avro files: with Delta among the table formats, an Avro table gets its ICEBERG
     entry (listing Avro files) and no DELTA entry. A Parquet table moved to Avro keeps its ICEBERG entry, moved to
     the move's version; its DELTA entry goes with its `_delta_log/`: by `reformat --catalog`, or, after a move
-    without it, by `formats --catalog`. Moved back to Parquet with `--catalog`, it gets its DELTA entry again."""
+    without it, by `publish --catalog`. Moved back to Parquet with `--catalog`, it gets its DELTA entry again."""
     from tests.test_reformat import cli, latest, row
     from tests.test_write_path import SYS, create, write
 
@@ -231,9 +232,9 @@ def test_an_avro_table_has_an_iceberg_entry_only_and_moves_keep_the_delta_entry_
         assert entry.metadata_location.endswith(f"{version.prefix}/metadata/v{version.version}.metadata.json")
         assert {t.file.file_format.name for t in entry.scan().plan_files()} == {file_format}, name
 
-    reformat("avro", "--drop-table-formats")  # without --catalog: the entries are left to `formats --catalog`
+    reformat("avro", "--drop-table-formats")  # without --catalog: the entries are left to `publish --catalog`
     assert delta_names() == ["moved"]
-    code, _, err = cli(configuration, monkeypatch, capsys, "formats", *catalog_option)
+    code, _, err = cli(configuration, monkeypatch, capsys, "publish", *catalog_option)
     assert code == 0, err
     assert delta_names() == []
     entry_at_latest("born_avro", "AVRO")

@@ -31,8 +31,9 @@ from destination.storage.base import Storage, StorageSpec
 from destination.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from destination.store.versions import TableVersion
-from destination.table_formats.sync import FormatPublisher, formats_named
+from destination.table_formats.sync import TableFormatPublisher, table_formats_named
 from destination.tester.harness import Harness
+from destination.write.one_step import commit_one_step
 from tests.conftest import spec_of
 from tests.lake_readers import _extension, own_duck, rows
 from tests.test_table_formats import TESTER_INPUTS, columns_in, records_rows
@@ -63,9 +64,9 @@ def served(grpc_endpoint: tuple[str, DestinationService], tmp_path_factory: pyte
     token_file = write_token(tmp_path_factory.mktemp("served"))
     server = IcebergRestServer(warehouses, IcebergRestOptions(0, token_file))
     server.start()
-    service.served = warehouses
+    service.roots.served = warehouses
     yield Served(f"http://127.0.0.1:{server.port}", warehouses, token_file)
-    service.served = None
+    service.roots.served = None
     server.stop()
 
 
@@ -197,7 +198,7 @@ def test_every_tester_table_is_read_through_the_served_catalog(  # type: ignore[
 def watched_store(served: Served, storage: Storage) -> TableStore:
     """A store of this process as the server's are: its commits and drops told to the served catalog."""
     observer, dropped = served.warehouses.watch(storage, lambda event: None)
-    return TableStore(storage, publish=FormatPublisher(formats_named(["iceberg"])), observer=observer, dropped=dropped)
+    return TableStore(storage, publish=TableFormatPublisher(table_formats_named(["iceberg"])), observer=observer, dropped=dropped)
 
 
 def ids_of(table: Any) -> list[int]:
@@ -210,17 +211,17 @@ def test_a_commit_after_attach_is_seen_on_the_next_load_and_a_drop_at_once(serve
     configuration = {"root": str(tmp_path / "root")}
     storage = open_storage(spec_of(configuration))
     store = watched_store(served, storage)
-    store.write("sales", "events", appender(storage, 1))
+    commit_one_step(store, "sales", "events", appender(storage, 1))
     catalog = pyiceberg_client(served.url, configuration)
     con = duckdb_client(served.url, configuration)
     assert ids_of(catalog.load_table(("sales", "events")).scan().to_arrow()) == [1, 2, 3]
     assert ids_of(duck_rows(con, "sales", "events")) == [1, 2, 3]
-    store.write("sales", "events", appender(storage, 10))
+    commit_one_step(store, "sales", "events", appender(storage, 10))
     assert ids_of(catalog.load_table(("sales", "events")).scan().to_arrow()) == [1, 2, 3, 10, 11, 12]
     assert ids_of(duck_rows(con, "sales", "events")) == [1, 2, 3, 10, 11, 12]
 
-    other = TableStore(storage, publish=FormatPublisher(formats_named(["iceberg"])))  # another process's writer
-    other.write("sales", "events", appender(storage, 20))
+    other = TableStore(storage, publish=TableFormatPublisher(table_formats_named(["iceberg"])))  # another process's writer
+    commit_one_step(other, "sales", "events", appender(storage, 20))
     started = time.monotonic()
     while len(ids_of(catalog.load_table(("sales", "events")).scan().to_arrow())) != 9:
         assert time.monotonic() - started < RECHECK_SECONDS + 2, "another writer's commit not seen"
@@ -236,9 +237,9 @@ def test_a_pointer_naming_a_file_that_is_gone_is_answered_with_the_newest_there_
     """Never a metadata file that is not there: a hint naming a deleted file falls back to the newest file left;
     a table without metadata is not found."""
     storage = open_storage(StorageSpec(root=str(tmp_path)))
-    store = TableStore(storage, publish=FormatPublisher(formats_named(["iceberg"])))
+    store = TableStore(storage, publish=TableFormatPublisher(table_formats_named(["iceberg"])))
     for first in (1, 10, 20):
-        store.write("s", "t", appender(storage, first))
+        commit_one_step(store, "s", "t", appender(storage, first))
     prefix = store.table_prefix("s", "t")
     tables = RootTables(storage)
     loaded = tables.load("s", "t")
@@ -256,7 +257,7 @@ def test_a_wrong_or_missing_token_is_refused_and_writes_are_unsupported(served: 
                                                                           capfd: pytest.CaptureFixture[str]) -> None:
     configuration = {"root": str(tmp_path / "root")}
     storage = open_storage(spec_of(configuration))
-    watched_store(served, storage).write("sales", "events", appender(storage, 1))
+    commit_one_step(watched_store(served, storage), "sales", "events", appender(storage, 1))
     for token in (None, "wrong-token", ""):
         status, answer, challenge = http(f"{served.url}/v1/config", token=token)
         assert status == 401 and answer is not None and answer["error"]["type"] == "NotAuthorizedException"
@@ -313,7 +314,7 @@ def test_tls_serves_the_catalog_to_a_client_trusting_the_certificate(tmp_path: P
         monkeypatch.delenv(variable, raising=False)
     cert, key = self_signed(tmp_path)
     storage = open_storage(StorageSpec(root=str(tmp_path / "root")))
-    TableStore(storage, publish=FormatPublisher(formats_named(["iceberg"]))).write("sales", "events", appender(storage, 1))
+    commit_one_step(TableStore(storage, publish=TableFormatPublisher(table_formats_named(["iceberg"]))), "sales", "events", appender(storage, 1))
     server = IcebergRestServer(Warehouses(storage), IcebergRestOptions(0, write_token(tmp_path), cert, key))
     server.start()
     try:
@@ -356,8 +357,8 @@ def test_the_guides_python_example_runs_as_written(served: Served, tmp_path: Pat
     root = tmp_path / "root"
     storage = open_storage(StorageSpec(root=str(root)))
     store = watched_store(served, storage)
-    store.write("sales", "events", appender(storage, 1))
-    store.write("sales", "events", appender(storage, 10))
+    commit_one_step(store, "sales", "events", appender(storage, 1))
+    commit_one_step(store, "sales", "events", appender(storage, 10))
     replaced = {"http://localhost:9181": served.url, "/etc/fivetran/iceberg-token": served.token_file,
                 "'/data'": f"'{root}'", '"/data"': f'"{root}"', "my_schema": "sales", "my_table": "events",
                 "snapshot_id=12": "snapshot_id=1", "VERSION => 12": "VERSION => 1"}

@@ -2,7 +2,8 @@
 on-disk layout, change files, records formats and runtime folders run on the driver and inside Spark tasks and import
 no other layer; `spark_jobs/` runs inside tasks and imports only that
 code; every other folder of `destination/` is driver code, whose layers point one way (cli → rpc → write/store →
-spark_jobs → the code of both; table formats and catalogs follow the store's commits; commands and the tester beside them).
+spark_jobs → the code of both; table formats and catalogs follow the store's commits; commands and the tester beside them; the
+driver process's plumbing, process/, below rpc and write alike).
 `bench/` drives a real server like a user and may start the services of `testbed/`, never import `tests/`. Every
 import counts, relative ones and a function's own included."""
 from __future__ import annotations
@@ -23,12 +24,13 @@ ENTRY = ("destination.cli",)
 RPC = ("destination.rpc",)
 PROTOCOL = ("destination.protocol",)  # generated gRPC stubs
 WRITE = ("destination.write", "destination.store")
+PROCESS = ("destination.process",)  # the driver process's Spark session, metrics and requests' progress
 # Delta Lake and Iceberg metadata following the store's commits, and the catalog entries following them
-FORMATS = ("destination.table_formats", "destination.catalogs")
+PUBLISH = ("destination.table_formats", "destination.catalogs")
 COMMANDS = ("destination.commands",)
 ICEBERG_REST = ("destination.iceberg_rest",)  # the served Iceberg REST catalog: reads the roots, beside the RPCs
 TESTER = ("destination.tester",)  # a gRPC client
-DRIVER = ENTRY + RPC + PROTOCOL + WRITE + FORMATS + COMMANDS + TESTER + ICEBERG_REST
+DRIVER = ENTRY + RPC + PROTOCOL + WRITE + PROCESS + PUBLISH + COMMANDS + TESTER + ICEBERG_REST
 BENCH = ("bench",)
 TESTBED = ("testbed",)
 TESTS = ("tests",)
@@ -37,16 +39,18 @@ TESTS = ("tests",)
 RULES = [
     (SHARED, DRIVER + TASKS + BENCH + TESTBED + TESTS, "the code of the driver and the tasks alike imports no task or driver code"),
     (TASKS, DRIVER + BENCH + TESTBED + TESTS, "spark_jobs runs inside Spark tasks: it imports only the code of the driver and the tasks alike"),
-    (WRITE, ENTRY + RPC + PROTOCOL + COMMANDS + TESTER + FORMATS + ICEBERG_REST + BENCH + TESTBED + TESTS,
+    (WRITE, ENTRY + RPC + PROTOCOL + COMMANDS + TESTER + PUBLISH + ICEBERG_REST + BENCH + TESTBED + TESTS,
      "write and store are driver orchestration below the RPC layer; the store is given the formats, not importing them"),
-    (FORMATS, ENTRY + RPC + PROTOCOL + COMMANDS + TESTER + ICEBERG_REST + TASKS + ("destination.write",) + BENCH + TESTBED + TESTS,
+    (PUBLISH, ENTRY + RPC + PROTOCOL + COMMANDS + TESTER + ICEBERG_REST + TASKS + ("destination.write",) + BENCH + TESTBED + TESTS,
      "the table formats and catalogs follow the store's commits on the driver (they read the store, never the write)"),
     (ICEBERG_REST, ENTRY + RPC + PROTOCOL + COMMANDS + TESTER + TASKS + ("destination.write",) + BENCH + TESTBED + TESTS,
      "the served catalog reads the roots' table folders; the RPC layer starts it and tells it of commits"),
     (COMMANDS, ENTRY + RPC + PROTOCOL + TESTER + BENCH + TESTBED + TESTS, "commands read a root without the server"),
-    (TESTER, ENTRY + RPC + WRITE + FORMATS + COMMANDS + TASKS + BENCH + TESTBED + TESTS,
+    (TESTER, ENTRY + RPC + WRITE + PUBLISH + COMMANDS + TASKS + BENCH + TESTBED + TESTS,
      "the tester is a client: it speaks to a server over gRPC"),
     (RPC, ENTRY + COMMANDS + TESTER + BENCH + TESTBED + TESTS, "the RPC layer calls destination.write, not the commands"),
+    (PROCESS, ENTRY + RPC + PROTOCOL + WRITE + PUBLISH + COMMANDS + TESTER + ICEBERG_REST + TASKS + BENCH + TESTBED + TESTS,
+     "the driver process's plumbing serves the RPC layer and the write path alike, importing neither"),
     (ENTRY, BENCH + TESTBED + TESTS, "the command line is the product: no benchmark or test code"),
     (BENCH, TESTS, "bench drives the real server; the services it starts are in testbed, not in the tests"),
     (TESTBED, ("destination", "spark_jobs") + BENCH + TESTS, "testbed starts services; it knows nothing of the project"),
@@ -103,7 +107,7 @@ def test_imports_point_one_way(name: str, path: Path) -> None:
 def test_the_check_reads_the_tree() -> None:
     """A layout test that finds no modules or no imports passes vacuously: it must see every layer and its imports."""
     names = [name for name, _ in MODULES]
-    for layer in (SHARED, TASKS, ENTRY, RPC, WRITE, FORMATS, COMMANDS, TESTER, BENCH, TESTBED):
+    for layer in (SHARED, TASKS, ENTRY, RPC, WRITE, PUBLISH, COMMANDS, TESTER, BENCH, TESTBED):
         assert any(_under(n, layer) for n in names), f"no module found for {layer}"
     imported = sum(len(imports_of(n, p.read_text(encoding="utf-8"), p.name == "__init__.py")) for n, p in MODULES)
     assert imported > 300, f"only {imported} project imports read: the check is not reading the tree"

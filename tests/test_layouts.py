@@ -23,6 +23,7 @@ from destination.store import carry as carry_module
 from destination.store.table_store import TableStore
 from destination.store.versions import PendingVersion, TableVersion, VersionTarget
 from destination.write.copy_job import SparkCopies
+from destination.write.one_step import commit_one_step
 from tests.conftest import s3_configuration, spec_of
 from tests.rpc_helpers import rows_of, table
 from tests.test_table_store import SCHEMA, TABLE
@@ -76,9 +77,9 @@ def listed(version: TableVersion) -> set[str]:
 
 def test_a_referencing_version_holds_only_the_files_it_wrote(storage: Storage) -> None:
     store = TableStore(storage, layout=REFERENCING)
-    store.write(SCHEMA, NAME, change(storage, [(1, 3)]))
-    store.write(SCHEMA, NAME, change(storage, [(10, 3)]))
-    v3 = store.write(SCHEMA, NAME, change(storage, [(20, 3)]))
+    commit_one_step(store, SCHEMA, NAME, change(storage, [(1, 3)]))
+    commit_one_step(store, SCHEMA, NAME, change(storage, [(10, 3)]))
+    v3 = commit_one_step(store, SCHEMA, NAME, change(storage, [(20, 3)]))
     assert v3 is not None and ids(store, v3) == [1, 2, 3, 10, 11, 12, 20, 21, 22]
     assert data_names(storage, 3) == {f.name for f in v3.files if f.stored_in is None}
     assert sorted(f.stored_in or "" for f in v3.files) == ["", layout.version_dir_name(1), layout.version_dir_name(2)]
@@ -89,14 +90,14 @@ def test_a_referencing_version_holds_only_the_files_it_wrote(storage: Storage) -
 
 def test_retention_deletes_a_file_only_when_no_retained_version_lists_it(storage: Storage) -> None:
     store = TableStore(storage, EAGER, layout=REFERENCING)
-    store.write(SCHEMA, NAME, change(storage, [(1, 3), (10, 3)]))  # v1: A, B
-    store.write(SCHEMA, NAME, change(storage, [(10, 3)], drop=frozenset({10})))  # v2: B rewritten as B2, A carried
-    v3 = store.write(SCHEMA, NAME, change(storage, [(20, 3)]))  # v3: C; lists A (v1), B2 (v2)
+    commit_one_step(store, SCHEMA, NAME, change(storage, [(1, 3), (10, 3)]))  # v1: A, B
+    commit_one_step(store, SCHEMA, NAME, change(storage, [(10, 3)], drop=frozenset({10})))  # v2: B rewritten as B2, A carried
+    v3 = commit_one_step(store, SCHEMA, NAME, change(storage, [(20, 3)]))  # v3: C; lists A (v1), B2 (v2)
     assert v3 is not None
     assert stored_data_files(storage) == listed(v3), "B, listed only by the retired v1, is gone; A and B2 stay"
     assert not any(name.startswith("_") for name in storage.list_children(layout.version_dir(PREFIX, 1)))
     assert validate_table(storage, SCHEMA, NAME, EAGER) == []
-    v4 = store.write(SCHEMA, NAME, change(storage, [(1, 3)], drop=frozenset({1})))  # A rewritten: v1 holds nothing listed
+    v4 = commit_one_step(store, SCHEMA, NAME, change(storage, [(1, 3)], drop=frozenset({1})))  # A rewritten: v1 holds nothing listed
     assert v4 is not None and ids(store, v4) == [1, 2, 3, 10, 11, 12, 20, 21, 22]
     assert stored_data_files(storage) == listed(v4)
     assert layout.version_dir_name(1) not in storage.list_children(PREFIX), "an emptied retired directory goes"
@@ -106,7 +107,7 @@ def test_retention_deletes_a_file_only_when_no_retained_version_lists_it(storage
 def test_a_complete_version_goes_whole(storage: Storage) -> None:
     store = TableStore(storage, EAGER, layout=COMPLETE)
     for first in (1, 10, 20):
-        latest = store.write(SCHEMA, NAME, change(storage, [(first, 3)]))
+        latest = commit_one_step(store, SCHEMA, NAME, change(storage, [(first, 3)]))
     assert latest is not None and data_names(storage, 3) == {f.name for f in latest.files}
     assert [n for n in storage.list_children(PREFIX) if layout.parse_version_dir(n)] == [layout.version_dir_name(3)]
 
@@ -115,8 +116,8 @@ def test_a_write_keeps_its_base_while_retention_runs_meanwhile(storage: Storage)
     """Another process retires versions while this writer prepares v3 on base v2: v2 is the latest, so it and
     every file it lists (some in v1's directory) are retained, and v3, listing them, commits complete."""
     writer = TableStore(storage, layout=REFERENCING)  # its own retention keeps versions for an hour
-    writer.write(SCHEMA, NAME, change(storage, [(1, 3)]))
-    writer.write(SCHEMA, NAME, change(storage, [(10, 3)]))
+    commit_one_step(writer, SCHEMA, NAME, change(storage, [(1, 3)]))
+    commit_one_step(writer, SCHEMA, NAME, change(storage, [(10, 3)]))
     other = TableStore(storage, EAGER, layout=REFERENCING)
     inner = change(storage, [(20, 3)])
 
@@ -124,7 +125,7 @@ def test_a_write_keeps_its_base_while_retention_runs_meanwhile(storage: Storage)
         assert base is not None and base.version == 2
         assert other.collect_garbage(PREFIX, 2) == [layout.version_dir_name(1)]  # v1 retired meanwhile
         return inner(base, target)
-    v3 = writer.write(SCHEMA, NAME, produce)
+    v3 = commit_one_step(writer, SCHEMA, NAME, produce)
     assert v3 is not None and ids(writer, v3) == [1, 2, 3, 10, 11, 12, 20, 21, 22]
     assert validate_table(storage, SCHEMA, NAME, EAGER) == []
 
@@ -132,17 +133,17 @@ def test_a_write_keeps_its_base_while_retention_runs_meanwhile(storage: Storage)
 def test_switching_layouts_keeps_every_version_consistent(storage: Storage) -> None:
     complete = TableStore(storage, layout=COMPLETE)
     referencing = TableStore(storage, layout=REFERENCING)
-    complete.write(SCHEMA, NAME, change(storage, [(1, 3)]))
-    v2 = referencing.write(SCHEMA, NAME, change(storage, [(10, 3)]))
+    commit_one_step(complete, SCHEMA, NAME, change(storage, [(1, 3)]))
+    v2 = commit_one_step(referencing, SCHEMA, NAME, change(storage, [(10, 3)]))
     assert v2 is not None and data_names(storage, 2) == {f.name for f in v2.files if f.stored_in is None}
-    v3 = complete.write(SCHEMA, NAME, change(storage, [(20, 3)]))
+    v3 = commit_one_step(complete, SCHEMA, NAME, change(storage, [(20, 3)]))
     assert v3 is not None and all(f.stored_in is None for f in v3.files)
     assert data_names(storage, 3) == {f.name for f in v3.files}, "back in the complete layout: every file is there"
-    v4 = referencing.write(SCHEMA, NAME, change(storage, [(30, 3)]))
+    v4 = commit_one_step(referencing, SCHEMA, NAME, change(storage, [(30, 3)]))
     assert v4 is not None and {f.stored_in for f in v4.files} == {None, layout.version_dir_name(3)}
     assert ids(referencing, v4) == [1, 2, 3, 10, 11, 12, 20, 21, 22, 30, 31, 32]
     assert validate_table(storage, SCHEMA, NAME) == []
-    v5 = TableStore(storage, EAGER, layout=COMPLETE).write(SCHEMA, NAME, change(storage, [(40, 3)]))
+    v5 = commit_one_step(TableStore(storage, EAGER, layout=COMPLETE), SCHEMA, NAME, change(storage, [(40, 3)]))
     assert v5 is not None and stored_data_files(storage) == listed(v5), "retention left only v5's own files"
     assert data_names(storage, 5) == {f.name for f in v5.files}
     assert validate_table(storage, SCHEMA, NAME, EAGER) == []
@@ -150,7 +151,7 @@ def test_switching_layouts_keeps_every_version_consistent(storage: Storage) -> N
 
 def test_versions_written_before_the_layouts_are_read_and_referenced(storage: Storage) -> None:
     """`_files.json` entries without `stored_in` (every version written before this field) are the version's own."""
-    TableStore(storage, layout=COMPLETE).write(SCHEMA, NAME, change(storage, [(1, 3)]))
+    commit_one_step(TableStore(storage, layout=COMPLETE), SCHEMA, NAME, change(storage, [(1, 3)]))
     path = f"{layout.version_dir(PREFIX, 1)}/{records.FILES_JSON}"
     doc = json.loads(storage.read_bytes(path))
     for entry in doc["files"]:
@@ -159,7 +160,7 @@ def test_versions_written_before_the_layouts_are_read_and_referenced(storage: St
     store = TableStore(storage, EAGER, layout=REFERENCING)
     old = store.load(SCHEMA, NAME)
     assert old is not None and ids(store, old) == [1, 2, 3]
-    v2 = store.write(SCHEMA, NAME, change(storage, [(10, 3)]))
+    v2 = commit_one_step(store, SCHEMA, NAME, change(storage, [(10, 3)]))
     assert v2 is not None and ids(store, v2) == [1, 2, 3, 10, 11, 12]
     assert stored_data_files(storage) == listed(v2)
     assert validate_table(storage, SCHEMA, NAME, EAGER) == []
@@ -180,15 +181,15 @@ def test_a_large_complete_carry_forward_on_s3_is_a_spark_job(spark, s3_server, m
     storage = open_storage(spec_of(s3_configuration(s3_server, f"fan-out-{uuid.uuid4().hex[:8]}")))
     copies = CountingCopies(spark)
     store = TableStore(storage, layout=COMPLETE, copies=copies)
-    store.write(SCHEMA, NAME, change(storage, [(i * 10, 2) for i in range(5)]))
-    v2 = store.write(SCHEMA, NAME, change(storage, [(100, 2)]))
+    commit_one_step(store, SCHEMA, NAME, change(storage, [(i * 10, 2) for i in range(5)]))
+    v2 = commit_one_step(store, SCHEMA, NAME, change(storage, [(100, 2)]))
     assert copies.calls == [5], "the five carried files were copied by the Spark job"
     assert v2 is not None and data_names(storage, 2) == {f.name for f in v2.files}
     assert ids(store, v2) == sorted([i * 10 + k for i in range(5) for k in range(2)] + [100, 101])
     assert validate_version(storage, v2.directory) == []
     small = TableStore(storage, layout=COMPLETE, copies=copies)
     monkeypatch.setattr(carry_module, "FAN_OUT_COPIES", 100)
-    small.write(SCHEMA, NAME, change(storage, [(200, 2)]))
+    commit_one_step(small, SCHEMA, NAME, change(storage, [(200, 2)]))
     assert copies.calls == [5], "a carry-forward below the threshold stays in the driver's thread pool"
 
 
@@ -241,7 +242,7 @@ def test_manifest_readers_see_a_referencing_version_and_directory_readers_do_not
     storage = open_storage(StorageSpec(root=str(tmp_path / "root")))
     store = TableStore(storage, layout=REFERENCING)
     for first in (1, 10, 20):
-        latest = store.write(SCHEMA, NAME, change(storage, [(first, 3)]))
+        latest = commit_one_step(store, SCHEMA, NAME, change(storage, [(first, 3)]))
     assert latest is not None
     directory = tmp_path / "root" / latest.directory
     resolver = UrlResolver(boto3_session_getter=lambda: None, gcs_client_getter=lambda: None,
@@ -260,9 +261,9 @@ def test_a_repair_keeps_the_files_of_its_older_base_through_retention(storage: S
     them although the versions between list other files, in the referencing layout where they stay in place."""
     keep_two = Retention(keep_versions=2, min_age_seconds=0)
     store = TableStore(storage, keep_two, layout=REFERENCING)
-    store.write(SCHEMA, NAME, change(storage, [(1, 3)]))  # v1: A
-    v2 = store.write(SCHEMA, NAME, change(storage, [(10, 3)]))  # v2: A, B
-    v3 = store.write(SCHEMA, NAME, change(storage, [(10, 3)], drop=frozenset({10})))  # v3: A, B rewritten as C
+    commit_one_step(store, SCHEMA, NAME, change(storage, [(1, 3)]))  # v1: A
+    v2 = commit_one_step(store, SCHEMA, NAME, change(storage, [(10, 3)]))  # v2: A, B
+    v3 = commit_one_step(store, SCHEMA, NAME, change(storage, [(10, 3)], drop=frozenset({10})))  # v3: A, B rewritten as C
     assert v2 is not None and v3 is not None
     b = next(f for f in v2.files if f.stored_in is None)
     c = next(f for f in v3.files if f.stored_in is None)
@@ -271,7 +272,7 @@ def test_a_repair_keeps_the_files_of_its_older_base_through_retention(storage: S
     assert repaired is not None and repaired.restored == 2 and repaired.version == 4
     b_path = f"{v2.directory}/{b.name}"
     assert storage.exists(b_path), "retention after the repair kept the file its base lists"
-    v5 = store.write(SCHEMA, NAME, change(storage, [(20, 3)]))  # retires the broken v3
+    v5 = commit_one_step(store, SCHEMA, NAME, change(storage, [(20, 3)]))  # retires the broken v3
     assert v5 is not None and ids(store, v5) == [1, 2, 3, 10, 11, 12, 20, 21, 22]
     assert storage.exists(b_path) and b_path in listed(v5)
     assert validate_table(storage, SCHEMA, NAME, keep_two) == []

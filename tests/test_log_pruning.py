@@ -21,7 +21,8 @@ from destination.storage.base import Storage, StorageError
 from destination.store.log_pruning import PRUNING_STEPS
 from destination.store.table_store import Retention, TableStore
 from destination.store.versions import FaultHook, PendingVersion, TableVersion, VersionTarget
-from destination.table_formats.sync import FormatPublisher, formats_named
+from destination.table_formats.sync import TableFormatPublisher, table_formats_named
+from destination.write.one_step import commit_one_step
 from tests.lake_readers import delta_duckdb, delta_rs, iceberg_pyiceberg_as_of, rows
 from tests.test_table_store import SCHEMA, TABLE, SimulatedCrash
 
@@ -72,12 +73,12 @@ def _table(values: dict[int, str]) -> pa.Table:
 
 
 def lake_store(storage: Storage, store_layout: str = COMPLETE, fault: FaultHook | None = None) -> TableStore:
-    return TableStore(storage, EAGER, fault, layout=store_layout, publish=FormatPublisher(formats_named(TABLE_FORMATS)))
+    return TableStore(storage, EAGER, fault, layout=store_layout, publish=TableFormatPublisher(table_formats_named(TABLE_FORMATS)))
 
 
 def sync(store: TableStore, model: Model) -> TableVersion:
     model.sync()
-    committed = store.write(SCHEMA, NAME, model.produce(store.storage))
+    committed = commit_one_step(store, SCHEMA, NAME, model.produce(store.storage))
     assert committed is not None
     return committed
 

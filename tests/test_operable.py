@@ -151,7 +151,7 @@ def test_requests_total_counts_the_rpcs_without_a_table(grpc_server: str, status
 def test_table_label_is_bounded_to_the_most_recently_active_tables() -> None:
     from prometheus_client import CollectorRegistry, Counter
 
-    from destination.write.metrics import TableLabels
+    from destination.process.metrics import TableLabels
 
     counter = Counter("bounded_test", "a table-labelled counter", ["table"], registry=CollectorRegistry())
     labels = TableLabels(3, [counter])

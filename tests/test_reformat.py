@@ -294,8 +294,9 @@ def test_the_catalog_entry_follows_avro_is_dropped_for_delimited_and_registered_
 @pytest.mark.parametrize("configuration", ["local"], indirect=True)
 def test_a_table_format_the_table_has_follows_the_move_whatever_formats_says(  # type: ignore[no-untyped-def]
         stub, configuration, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    """`--formats none` on a move to Avro: the table's Iceberg metadata is not left describing its last Parquet
-    version (its readers would read those rows as the table's): it follows the move; Delta Lake's goes."""
+    """`--table-formats none` on a move to Avro: the table's Iceberg metadata is not left describing its last Parquet
+    version (its readers would read those rows as the table's): it follows the move; Delta Lake's goes. Given with its
+    old spelling, `--formats`, which still works and is warned about."""
     t = table("t", COLUMNS)
     create(stub, configuration, "fm", t)
     write(stub, configuration, "fm", t, tmp_path, replace=[row(i, f"v{i}") for i in range(1, 4)])
@@ -303,6 +304,7 @@ def test_a_table_format_the_table_has_follows_the_move_whatever_formats_says(  #
     code, _, err = cli(configuration, monkeypatch, capsys, "reformat", "fm.t", "--records-format", "avro",
                        "--drop-table-formats", "--formats", "none")
     assert code == 0, err
+    assert "--formats is now --table-formats" in err
     moved = latest(configuration, "fm", "t")
     assert moved.table.stored_format == "avro"
     assert iceberg_files(storage, moved) == {(f.name, "AVRO") for f in moved.files}

@@ -16,6 +16,7 @@ from destination.protocol import sdk
 from destination.runtime import phases
 from destination.table_formats.version import FormatLog
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING
+from destination.write.one_step import commit_one_step
 from tests.rpc_helpers import table
 
 
@@ -143,17 +144,17 @@ def test_formats_beside_the_request_are_timed_by_the_wait_for_them_and_log_for_i
     from destination.storage.base import StorageSpec
     from destination.storage.opening import open_storage
     from destination.store.table_store import TableStore
-    from destination.table_formats.sync import FormatPublisher
+    from destination.table_formats.sync import TableFormatPublisher
     from tests.test_table_store import SCHEMA, appender
 
     storage = open_storage(StorageSpec(root=str(tmp_path)))
-    committed = TableStore(storage).write(SCHEMA, "events", appender(storage, 0))
+    committed = commit_one_step(TableStore(storage), SCHEMA, "events", appender(storage, 0))
     assert committed is not None
     delta, iceberg = _SleepingFormat("delta", 0.05, True), _SleepingFormat("iceberg", 0.4, False)
     store = TableStore(storage)
     capsys.readouterr()
     with logs.request_scope(SCHEMA, "events"), phases.recording() as recorder, phases.timed("retention"):
-        assert FormatPublisher([iceberg, delta])(store, committed.prefix, committed, 1)
+        assert TableFormatPublisher([iceberg, delta])(store, committed.prefix, committed, 1)
     assert recorder.seconds["iceberg"] >= 0.25, recorder.seconds
     assert recorder.seconds["delta"] < recorder.seconds["iceberg"]
     assert recorder.seconds["retention"] < 0.2, recorder.seconds

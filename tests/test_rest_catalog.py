@@ -30,6 +30,7 @@ from destination.storage.base import Storage, StorageSpec
 from destination.store.table_store import Retention, TableStore
 from destination.store.versions import PendingVersion, TableVersion, VersionTarget
 from destination.table_formats.iceberg import file_io_properties
+from destination.write.one_step import commit_one_step
 from testbed.s3server import ACCESS_KEY, SECRET_KEY, S3Server, free_port
 from tests.conftest import TABLE_BUCKET
 from tests.lake_readers import rows
@@ -99,7 +100,7 @@ def test_register_outside_a_table_bucket_is_a_task_quoting_the_catalogs_refusal(
                                                                                s3_server: S3Server) -> None:
     schema = f"rest_{uuid.uuid4().hex[:8]}"
     with pytest.raises(CatalogRefused) as refused:
-        rest_store(storage, s3_server).write(schema, "events", appender(storage, 0))
+        commit_one_step(rest_store(storage, s3_server), schema, "events", appender(storage, 0))
     message = str(refused.value)
     assert f"rest catalog 'fivetran' ({s3_server.iceberg_endpoint}, warehouse {WAREHOUSE})" in message
     assert "metadata-location" in message  # SeaweedFS's answer: the file is not inside its table bucket
@@ -113,11 +114,11 @@ def test_each_commit_moves_the_entry_and_time_travel_reads_the_previous_version(
                                                                                  s3_server: S3Server) -> None:
     schema = made_by_the_catalog(storage, s3_server)
     store = rest_store(storage, s3_server)
-    store.write(schema, "events", appender(storage, 0))
+    commit_one_step(store, schema, "events", appender(storage, 0))
     table = reader(storage, s3_server).load_table((schema, "events"))
     assert table.properties[VERSION_PROPERTY] == metadata_of(storage, schema, 1)
     assert ids(table) == [0, 1, 2]
-    store.write(schema, "events", appender(storage, 10))
+    commit_one_step(store, schema, "events", appender(storage, 10))
     table = reader(storage, s3_server).load_table((schema, "events"))
     assert table.metadata_location.startswith(WAREHOUSE)  # the catalog's own metadata file
     assert table.properties[VERSION_PROPERTY] == metadata_of(storage, schema, 2)
@@ -130,9 +131,9 @@ def test_an_alter_makes_the_table_schema_the_catalogs_and_retention_expires_its_
         storage: Storage, s3_server: S3Server) -> None:
     schema = made_by_the_catalog(storage, s3_server)
     store = rest_store(storage, s3_server, retention=Retention(keep_versions=2, min_age_seconds=0))
-    store.write(schema, "events", appender(storage, 0))
-    store.write(schema, "events", appender(storage, 10))
-    store.write(schema, "events", widened(storage, 20))
+    commit_one_step(store, schema, "events", appender(storage, 0))
+    commit_one_step(store, schema, "events", appender(storage, 10))
+    commit_one_step(store, schema, "events", widened(storage, 20))
     table = reader(storage, s3_server).load_table((schema, "events"))
     assert [f.name for f in table.schema().fields] == ["id", "v", "_fivetran_synced", "extra", "_destination_meta"]
     assert table.scan().to_arrow().column("extra").to_pylist() == ["x", "x"]
@@ -145,11 +146,11 @@ def test_a_move_guarded_by_a_stale_entry_is_refused_by_the_catalog(storage: Stor
     """The move's requirements (main at the snapshot read): another writer's move in between fails it."""
     schema = made_by_the_catalog(storage, s3_server)
     store = rest_store(storage, s3_server)
-    store.write(schema, "events", appender(storage, 0))
+    commit_one_step(store, schema, "events", appender(storage, 0))
     catalog = RestCatalog(settings_for(storage, s3_server))
     assert catalog.location(schema, "events") == metadata_of(storage, schema, 1)
     # a writer holding the entry at version 1 while another moved it on: the metadata names version 1
-    store.write(schema, "events", appender(storage, 10))
+    commit_one_step(store, schema, "events", appender(storage, 10))
     assert not catalog.advance(schema, "events", metadata_of(storage, schema, 2), metadata_of(storage, schema, 1),
                                TABLE)
     from pyiceberg.exceptions import CommitFailedException
@@ -167,7 +168,7 @@ def test_a_move_guarded_by_a_stale_entry_is_refused_by_the_catalog(storage: Stor
 def test_drop_removes_the_entry(storage: Storage, s3_server: S3Server) -> None:
     schema = made_by_the_catalog(storage, s3_server)
     store = rest_store(storage, s3_server)
-    store.write(schema, "events", appender(storage, 0))
+    commit_one_step(store, schema, "events", appender(storage, 0))
     catalog = reader(storage, s3_server)
     assert catalog.list_tables(schema) == [(schema, "events")]
     store.drop(schema, "events")
@@ -196,7 +197,7 @@ def test_an_entry_another_tool_made_is_never_moved_or_dropped(storage: Storage, 
     store = rest_store(storage, s3_server)
     for version, produce in ((1, appender(storage, 0)), (2, widened(storage, 10))):
         with pytest.raises(ForeignEntry) as refused:
-            store.write(schema, "events", produce)
+            commit_one_step(store, schema, "events", produce)
         assert f"{schema}.events" in str(refused.value) and "did not make" in str(refused.value)
         assert entry() == before
         committed = store.load(schema, "events")
@@ -210,7 +211,7 @@ def test_wrong_credentials_are_a_task_naming_the_catalog_without_the_secret(stor
                                                                             s3_server: S3Server) -> None:
     settings = settings_for(storage, s3_server, rest_client_secret="wrong-secret-value")
     with pytest.raises(CatalogRefused) as refused:
-        TableStore(storage, publish=publisher_for(TABLE_FORMATS, settings)).write("rest_refused", "events",
+        commit_one_step(TableStore(storage, publish=publisher_for(TABLE_FORMATS, settings)), "rest_refused", "events",
                                                                                appender(storage, 0))
     message = str(refused.value)
     assert f"rest catalog 'fivetran' ({s3_server.iceberg_endpoint}" in message
@@ -329,7 +330,7 @@ def test_credentials_in_the_catalogs_url_reach_no_message_or_log_line(storage: S
     settings = settings_for(storage, s3_server, rest_uri=f"http://cat-user:url-password-1@127.0.0.1:{port}/api"
                                                          "?apikey=url-key-2")
     with pytest.raises(CatalogUnavailable) as unavailable:
-        TableStore(storage, publish=publisher_for(TABLE_FORMATS, settings)).write("rest_url", "events",
+        commit_one_step(TableStore(storage, publish=publisher_for(TABLE_FORMATS, settings)), "rest_url", "events",
                                                                                appender(storage, 0))
     captured = capsys.readouterr()
     said = str(unavailable.value) + captured.out + captured.err

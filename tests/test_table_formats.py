@@ -3,7 +3,7 @@ the server (plain, history, after migrations, with change files), on local disk 
 DuckDB (delta and iceberg), polars (delta and iceberg) and pyiceberg, equal the records directory row for row; time
 travel and the Delta change feed agree with the records versions and the change files; a crash between the records
 commit and the formats' commits is caught up by the next write; retention in the complete layout keeps the files
-the formats reference; `records-destination formats --rebuild` writes the metadata anew."""
+the formats reference; `records-destination publish --rebuild` writes the metadata anew."""
 from __future__ import annotations
 
 import json
@@ -29,7 +29,8 @@ from destination.storage.opening import open_storage
 from destination.store.table_store import Retention, TableStore
 from destination.store.versions import PendingVersion, TableVersion, VersionTarget
 from destination.table_formats.iceberg import NAME_MAPPING
-from destination.table_formats.sync import FormatPublisher, formats_named
+from destination.table_formats.sync import TableFormatPublisher, table_formats_named
+from destination.write.one_step import commit_one_step
 from tests.conftest import spec_of
 from tests.lake_readers import (
     DELTA_READERS,
@@ -135,7 +136,7 @@ def check_time_travel_and_change_feed(storage: Storage, store: TableStore, lates
 
 
 def lake_store(storage: Storage, **options: Any) -> TableStore:
-    return TableStore(storage, publish=FormatPublisher(formats_named(TABLE_FORMATS)), **options)
+    return TableStore(storage, publish=TableFormatPublisher(table_formats_named(TABLE_FORMATS)), **options)
 
 
 def ids_in(table: pa.Table) -> list[int]:
@@ -144,20 +145,20 @@ def ids_in(table: pa.Table) -> list[int]:
 
 def test_a_crash_between_the_records_commit_and_the_formats_is_caught_up_by_the_next_write(storage: Storage) -> None:
     store = lake_store(storage)
-    store.write(SCHEMA, "events", appender(storage, 0))
+    commit_one_step(store, SCHEMA, "events", appender(storage, 0))
 
     def crash(step: str) -> None:
         if step == "before_table_formats":
             raise SimulatedCrash(step)
 
     with pytest.raises(SimulatedCrash):
-        lake_store(storage, fault=crash).write(SCHEMA, "events", appender(storage, 10))
+        commit_one_step(lake_store(storage, fault=crash), SCHEMA, "events", appender(storage, 10))
     url = storage.url(layout.table_prefix(SCHEMA, "events"))
     assert store.latest_version_number(layout.table_prefix(SCHEMA, "events")) == 2  # committed in records
     # no format shows version 2, and what they show is version 1 whole
     assert delta_table(storage.spec, url).version() == 1
     assert ids_in(delta_rs(storage.spec, url)) == ids_in(iceberg_pyiceberg(storage.spec, url)) == [0, 1, 2]
-    third = store.write(SCHEMA, "events", appender(storage, 20))
+    third = commit_one_step(store, SCHEMA, "events", appender(storage, 20))
     assert third is not None and third.version == 3
     assert ids_in(delta_rs(storage.spec, url, 2)) == ids_in(iceberg_pyiceberg(storage.spec, url, 2)) == [0, 1, 2, 10, 11, 12]
     assert ids_in(delta_rs(storage.spec, url)) == ids_in(iceberg_pyiceberg(storage.spec, url)) == [0, 1, 2, 10, 11, 12, 20, 21, 22]
@@ -168,7 +169,7 @@ def test_a_failed_latest_hint_does_not_keep_the_formats_behind(storage: Storage,
     """`_latest` and the claims' clean-up run beside the formats after the commit record: a storage failure of one
     of them is a warning, and the formats still follow the version (readers step forward from the old `_latest`)."""
     store = lake_store(storage)
-    store.write(SCHEMA, "events", appender(storage, 0))
+    commit_one_step(store, SCHEMA, "events", appender(storage, 0))
     prefix = layout.table_prefix(SCHEMA, "events")
     real_write = storage.write_bytes
 
@@ -177,7 +178,7 @@ def test_a_failed_latest_hint_does_not_keep_the_formats_behind(storage: Storage,
             raise StorageError(f"{path}: access denied")
         real_write(path, data)
     monkeypatch.setattr(storage, "write_bytes", refusing_latest)
-    second = store.write(SCHEMA, "events", appender(storage, 10))
+    second = commit_one_step(store, SCHEMA, "events", appender(storage, 10))
     monkeypatch.undo()
     assert second is not None and second.version == 2
     assert "version 2 committed; housekeeping failed" in capsys.readouterr().out
@@ -210,14 +211,14 @@ def test_formats_written_while_the_table_moved_out_of_parquet_are_removed_again(
             assert base is not None
             return PendingVersion(replace(base.table, records_format=records_format), [], list(base.files),
                                   {"kind": "reformat"})
-        committed = mover.write(SCHEMA, "events", moved)
+        committed = commit_one_step(mover, SCHEMA, "events", moved)
         assert committed is not None and committed.table.stored_format == records_format
         for folder in removed:  # the metadata of the formats that do not describe the new records format
             storage.delete_prefix(f"{prefix}/{folder}")
 
-    lake_store(storage).write(SCHEMA, "events", appender(storage, 0))
+    commit_one_step(lake_store(storage), SCHEMA, "events", appender(storage, 0))
     assert storage.list_children(f"{prefix}/_delta_log")
-    lake_store(storage, fault=move_out).write(SCHEMA, "events", appender(storage, 10))
+    commit_one_step(lake_store(storage, fault=move_out), SCHEMA, "events", appender(storage, 10))
 
     assert mover.latest_version_number(prefix) == 3
     for folder in ("_delta_log", "metadata"):
@@ -241,13 +242,13 @@ def test_a_format_a_later_version_applies_to_is_not_removed_by_a_writer_behind(s
 
     def move_back(step: str) -> None:
         if step == "before_table_formats":
-            back = lake_store(storage).write(SCHEMA, "events", appender(storage, 20))  # a Parquet version: Delta
+            back = commit_one_step(lake_store(storage), SCHEMA, "events", appender(storage, 20))  # a Parquet version: Delta
             assert back is not None and back.table.stored_format == "parquet"
 
-    lake_store(storage).write(SCHEMA, "events", appender(storage, 0))
-    TableStore(storage).write(SCHEMA, "events", in_avro)  # moved to Avro by a process without formats
+    commit_one_step(lake_store(storage), SCHEMA, "events", appender(storage, 0))
+    commit_one_step(TableStore(storage), SCHEMA, "events", in_avro)  # moved to Avro by a process without formats
     storage.delete_prefix(f"{prefix}/_delta_log")  # ... which removed Delta Lake, as `reformat` does
-    lake_store(storage, fault=move_back).write(SCHEMA, "events", in_avro)  # version 3 (Avro); 4 (Parquet) meanwhile
+    commit_one_step(lake_store(storage, fault=move_back), SCHEMA, "events", in_avro)  # version 3 (Avro); 4 (Parquet) meanwhile
 
     assert TableStore(storage).latest_version_number(prefix) == 4
     assert DeltaFormat().log(storage, prefix).last == 4
@@ -257,7 +258,7 @@ def test_a_format_a_later_version_applies_to_is_not_removed_by_a_writer_behind(s
 def test_retention_in_the_complete_layout_keeps_the_files_the_formats_reference(storage: Storage) -> None:
     store = lake_store(storage, retention=Retention(keep_versions=2, min_age_seconds=0), layout=COMPLETE)
     for i in range(5):
-        store.write(SCHEMA, "events", appender(storage, i * 10))
+        commit_one_step(store, SCHEMA, "events", appender(storage, i * 10))
     prefix = layout.table_prefix(SCHEMA, "events")
     url = storage.url(prefix)
     latest = store.load(SCHEMA, "events")
@@ -275,20 +276,20 @@ def test_retention_in_the_complete_layout_keeps_the_files_the_formats_reference(
     assert ids_in(delta_rs(storage.spec, url, 4)) == ids_in(iceberg_pyiceberg(storage.spec, url, 4)) == expected[:12]
 
 
-def test_the_formats_command_rebuilds_the_metadata_from_the_committed_versions(storage: Storage, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_the_publish_command_rebuilds_the_metadata_from_the_committed_versions(storage: Storage, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", storage.spec.access_key_id)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", storage.spec.secret_access_key)
     plain = TableStore(storage)  # formats off: no metadata
     for i in range(2):
-        plain.write(SCHEMA, "events", appender(storage, i * 10))
+        commit_one_step(plain, SCHEMA, "events", appender(storage, i * 10))
     prefix = layout.table_prefix(SCHEMA, "events")
     assert not storage.list_children(f"{prefix}/_delta_log") and not storage.list_children(f"{prefix}/metadata")
-    lake_store(storage).write(SCHEMA, "events", appender(storage, 20))  # the formats catch up, then version 3
+    commit_one_step(lake_store(storage), SCHEMA, "events", appender(storage, 20))  # the formats catch up, then version 3
     # metadata gone wrong: the latest Delta commit and Iceberg metadata file unreadable
     storage.write_bytes(f"{prefix}/_delta_log/{3:020d}.json", b"not json")
     storage.write_bytes(f"{prefix}/metadata/v3.metadata.json", b"not json")
     options = ["--s3-endpoint", storage.spec.s3_endpoint, "--s3-region", "us-east-1"] if storage.spec.is_s3 else []
-    assert cli_main(["formats", f"{SCHEMA}.events", "--root", storage.spec.root, *options, "--rebuild"]) == 0
+    assert cli_main(["publish", f"{SCHEMA}.events", "--root", storage.spec.root, *options, "--rebuild"]) == 0
     assert "delta at version 3" in capsys.readouterr().out
     url = storage.url(prefix)
     assert delta_table(storage.spec, url).version() == 3
@@ -345,8 +346,8 @@ def test_a_table_committed_before_field_ids_keeps_its_iceberg_ids(tmp_path: Path
             return PendingVersion(table, [new], list(current.files) if current else [], {"kind": "test"})
         return produce
 
-    store.write(SCHEMA, "legacy", add_rows(0))
-    second = store.write(SCHEMA, "legacy", add_rows(2, note=True))
+    commit_one_step(store, SCHEMA, "legacy", add_rows(0))
+    second = commit_one_step(store, SCHEMA, "legacy", add_rows(2, note=True))
     assert second is not None
     before = iceberg_ids(storage, second)
     assert before == {"id": 1, "v": 2, DESTINATION_META: 3, "note": 4}
@@ -355,7 +356,7 @@ def test_a_table_committed_before_field_ids_keeps_its_iceberg_ids(tmp_path: Path
     del meta["table"]["field_ids"], meta["table"]["last_field_id"]  # as committed before ids were kept
     storage.write_bytes(table_json, json.dumps(meta).encode())
 
-    third = store.write(SCHEMA, "legacy", add_rows(4, note=True))
+    third = commit_one_step(store, SCHEMA, "legacy", add_rows(4, note=True))
     assert third is not None
     assert iceberg_ids(storage, third) == before
     check_field_ids(storage, third)

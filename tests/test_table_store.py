@@ -19,6 +19,7 @@ from destination.runtime.pools import Started
 from destination.storage.base import Storage
 from destination.store.table_store import Retention, TableStore
 from destination.store.versions import CommitEvent, PendingVersion, TableVersion, VersionTarget
+from destination.write.one_step import commit_one_step
 
 TABLE = TableDef("events", (ColumnDef("id", "LONG", True), ColumnDef("v", "STRING"),
                             ColumnDef("_fivetran_synced", "UTC_DATETIME")))
@@ -47,12 +48,12 @@ def ids(store: TableStore, version: TableVersion) -> list[int]:
 
 
 def test_versions_are_complete_records_directories(store: TableStore) -> None:
-    store.write(SCHEMA, "events", lambda base, target: PendingVersion(TABLE, [], [], {"kind": "create"}))
+    commit_one_step(store, SCHEMA, "events", lambda base, target: PendingVersion(TABLE, [], [], {"kind": "create"}))
     empty = store.load(SCHEMA, "events")
     assert empty is not None and empty.version == 1 and empty.rows == 0
     assert len(empty.files) == 1 and empty.files[0].rows == 0  # one zero-row data file
     assert validate_version(store.storage, empty.directory) == []
-    v2 = store.write(SCHEMA, "events", appender(store.storage, 1))
+    v2 = commit_one_step(store, SCHEMA, "events", appender(store.storage, 1))
     assert v2 is not None and v2.version == 2 and ids(store, v2) == [1, 2, 3]
     assert validate_version(store.storage, v2.directory) == []
     latest = json.loads(store.storage.read_bytes(layout.latest_path(layout.table_prefix(SCHEMA, "events"))))
@@ -71,10 +72,10 @@ def test_crash_at_each_commit_step(storage: Storage, step: str) -> None:
             raise SimulatedCrash(at)
 
     store = TableStore(storage, fault=crash_once)
-    store.write(SCHEMA, "events", appender(storage, 1))
+    commit_one_step(store, SCHEMA, "events", appender(storage, 1))
     armed.append(True)
     with pytest.raises(SimulatedCrash):
-        store.write(SCHEMA, "events", appender(storage, 10))
+        commit_one_step(store, SCHEMA, "events", appender(storage, 10))
     after = store.load(SCHEMA, "events")
     assert after is not None
     if step == "after_commit_record":  # the commit point was passed: the version is visible
@@ -82,7 +83,7 @@ def test_crash_at_each_commit_step(storage: Storage, step: str) -> None:
     else:  # not committed: the previous version is intact and still the one readers see
         assert after.version == 1 and ids(store, after) == [1, 2, 3]
     assert validate_version(storage, after.directory) == []
-    final = store.write(SCHEMA, "events", appender(storage, 20))  # the next write succeeds
+    final = commit_one_step(store, SCHEMA, "events", appender(storage, 20))  # the next write succeeds
     assert final is not None and final.version == after.version + 1
     assert ids(store, final) == sorted(ids(store, after) + [20, 21, 22])
     assert validate_version(storage, final.directory) == []
@@ -90,24 +91,24 @@ def test_crash_at_each_commit_step(storage: Storage, step: str) -> None:
 
 def test_a_crashed_writer_of_another_process_is_taken_over_after_its_lease(storage: Storage) -> None:
     crashed = TableStore(storage, fault=lambda at: (_ for _ in ()).throw(SimulatedCrash(at)) if at == "before_commit_record" else None)
-    TableStore(storage).write(SCHEMA, "events", appender(storage, 1))
+    commit_one_step(TableStore(storage), SCHEMA, "events", appender(storage, 1))
     with pytest.raises(SimulatedCrash):
-        crashed.write(SCHEMA, "events", appender(storage, 10))
+        commit_one_step(crashed, SCHEMA, "events", appender(storage, 10))
     other = TableStore(storage, claim_lease_seconds=0.0)  # the crashed writer's lease has run out
-    done = other.write(SCHEMA, "events", appender(storage, 20))
+    done = commit_one_step(other, SCHEMA, "events", appender(storage, 20))
     assert done is not None and done.version == 2 and ids(other, done) == [1, 2, 3, 20, 21, 22]
     assert validate_version(storage, done.directory) == []
 
 
 def test_two_concurrent_writers_lose_nothing(storage: Storage) -> None:
-    TableStore(storage).write(SCHEMA, "events", lambda base, target: PendingVersion(TABLE, [], [], {"kind": "create"}))
+    commit_one_step(TableStore(storage), SCHEMA, "events", lambda base, target: PendingVersion(TABLE, [], [], {"kind": "create"}))
     errors: list[BaseException] = []
 
     def writer(offset: int) -> None:
         store = TableStore(storage)  # its own writer identity, like another server process
         try:
             for i in range(6):
-                store.write(SCHEMA, "events", appender(storage, offset + i * 10, 2))
+                commit_one_step(store, SCHEMA, "events", appender(storage, offset + i * 10, 2))
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
@@ -128,13 +129,13 @@ def test_two_concurrent_writers_lose_nothing(storage: Storage) -> None:
 def test_retention_keeps_recent_versions_and_readers_of_old_ones(storage: Storage) -> None:
     patient = TableStore(storage, Retention(keep_versions=2, min_age_seconds=3600))
     for i in range(4):
-        patient.write(SCHEMA, "events", appender(storage, i * 10))
+        commit_one_step(patient, SCHEMA, "events", appender(storage, i * 10))
     prefix = layout.table_prefix(SCHEMA, "events")
     assert [layout.parse_version_dir(n) for n in storage.list_children(prefix) if n.startswith("v")] == [1, 2, 3, 4]
     reader_view = patient.load(SCHEMA, "events", version=1)  # a reader still on version 1 can read it
     assert reader_view is not None and ids(patient, reader_view) == [0, 1, 2]
     eager = TableStore(storage, Retention(keep_versions=2, min_age_seconds=0))
-    eager.write(SCHEMA, "events", appender(storage, 100))
+    commit_one_step(eager, SCHEMA, "events", appender(storage, 100))
     assert [layout.parse_version_dir(n) for n in storage.list_children(prefix) if n.startswith("v")] == [4, 5]
     latest = eager.load(SCHEMA, "events")
     assert latest is not None and ids(eager, latest) == [0, 1, 2, 10, 11, 12, 20, 21, 22, 30, 31, 32, 100, 101, 102]
@@ -145,7 +146,7 @@ def test_an_attempt_whose_commit_conflicts_begins_again_on_a_fresh_base(storage:
     """A try whose commit fails commits nothing and says so (None); the write begins again after it, and commits on
     the same base; an attempt with nothing to commit is abandoned, leaving its claim to no one."""
     store = TableStore(storage)
-    store.write(SCHEMA, "events", appender(storage, 1))
+    commit_one_step(store, SCHEMA, "events", appender(storage, 1))
     first = store.begin(SCHEMA, "events")
     assert first.base is not None and first.base.version == 1 and first.target.version == 2
     pending = appender(storage, 10)(first.base, first.target)
@@ -167,12 +168,12 @@ def test_an_attempt_whose_commit_conflicts_begins_again_on_a_fresh_base(storage:
 def test_a_leftover_claimed_version_is_cleared_by_the_next_writer(storage: Storage) -> None:
     """An unfinished version (claim + files, no commit record) never becomes visible and is replaced."""
     store = TableStore(storage, Retention(keep_versions=2, min_age_seconds=3600))
-    store.write(SCHEMA, "events", appender(storage, 1))
+    commit_one_step(store, SCHEMA, "events", appender(storage, 1))
     prefix = layout.table_prefix(SCHEMA, "events")
     storage.write_bytes(layout.claim_path(prefix, 2), json.dumps({"writer": store.writer_id, "at": 0}).encode())
     storage.write_bytes(f"{prefix}/v00000000000000000002/orphan.parquet", b"junk")
     assert store.load(SCHEMA, "events").version == 1  # type: ignore[union-attr]
-    done = store.write(SCHEMA, "events", appender(storage, 10))
+    done = commit_one_step(store, SCHEMA, "events", appender(storage, 10))
     assert done is not None and done.version == 2
     assert "orphan.parquet" not in storage.list_children(done.directory)
     assert validate_version(storage, done.directory) == []
@@ -252,18 +253,18 @@ def test_a_writer_whose_claim_was_taken_over_leaves_the_takers_version_as_commit
     prepared it) must not write its metadata into the committed version's directory: it finds the claim lost before
     writing anything there and redoes its work on the new base."""
     storage = store.storage
-    store.write(SCHEMA, "events", appender(storage, 1))
+    commit_one_step(store, SCHEMA, "events", appender(storage, 1))
     tries: list[int] = []
 
     def produce(base: TableVersion | None, target: VersionTarget) -> PendingVersion:
         assert base is not None
         tries.append(base.version)
         if len(tries) == 1:  # meanwhile a writer that sees our claim as stale takes version 2 over and commits it
-            taker = TableStore(storage, claim_lease_seconds=0.0).write(SCHEMA, "events", appender(storage, 100))
+            taker = commit_one_step(TableStore(storage, claim_lease_seconds=0.0), SCHEMA, "events", appender(storage, 100))
             assert taker is not None and taker.version == 2
         return appender(storage, 10 * len(tries))(base, target)
 
-    committed = store.write(SCHEMA, "events", produce)
+    committed = commit_one_step(store, SCHEMA, "events", produce)
     assert committed is not None and committed.version == 3 and tries == [1, 2]
     second = store.load(SCHEMA, "events", version=2)
     assert second is not None
@@ -288,16 +289,16 @@ def test_retention_skips_its_listings_until_a_version_can_retire_then_retires_it
     monkeypatch.setattr(storage, "list_children",
                         lambda path: listings.append(path) or list_children(path))  # type: ignore[func-returns-value]
     for i in range(3):
-        store.write(SCHEMA, "events", appender(storage, i * 10))
+        commit_one_step(store, SCHEMA, "events", appender(storage, i * 10))
     passes = listings.count(prefix)
     assert told == [1, 1, 1] and passes == 3  # version 1, the first candidate, too young at version 3
-    store.write(SCHEMA, "events", appender(storage, 30))
-    store.write(SCHEMA, "events", appender(storage, 40))
+    commit_one_step(store, SCHEMA, "events", appender(storage, 30))
+    commit_one_step(store, SCHEMA, "events", appender(storage, 40))
     assert listings.count(prefix) == passes  # versions 4 and 5: within version 1's age, no pass
     assert told == [1, 1, 1, 1, 1]
     assert all(storage.exists(f"{layout.version_dir(prefix, n)}/_files.json") for n in range(1, 6))
     time.sleep(age + 0.1)  # every version's successor committed more than `age` ago
-    store.write(SCHEMA, "events", appender(storage, 50))
+    commit_one_step(store, SCHEMA, "events", appender(storage, 50))
     assert listings.count(prefix) == passes + 1 and told[-1] == 5
     retired = [n for n in range(1, 7) if not storage.exists(f"{layout.version_dir(prefix, n)}/_files.json")]
     assert retired == [1, 2, 3, 4]  # a retired version loses its metadata (its directory too, in the complete layout)
@@ -310,7 +311,7 @@ def test_retention_tells_committed_versions_from_leftovers_by_their_commit_recor
     not a HEAD each) agrees with each record's existence, a version whose record is gone among them."""
     store = TableStore(storage, Retention(keep_versions=2, min_age_seconds=3600))
     for i in range(7):
-        store.write(SCHEMA, "events", appender(storage, i * 10))
+        commit_one_step(store, SCHEMA, "events", appender(storage, i * 10))
     prefix = layout.table_prefix(SCHEMA, "events")
     storage.delete(layout.log_path(prefix, 3))
     candidates = list(range(1, 7))
@@ -327,15 +328,15 @@ def test_a_kept_latest_version_is_used_only_while_latest_names_it(storage: Stora
     version's files are gone too, so its listing alone would catch it; the commit time is what tells the two
     apart where the files would not.)"""
     mine, other = TableStore(storage), TableStore(storage)
-    mine.write(SCHEMA, "events", lambda base, target: PendingVersion(TABLE, [], [], {"kind": "create"}))
-    mine.write(SCHEMA, "events", appender(storage, 1))
+    commit_one_step(mine, SCHEMA, "events", lambda base, target: PendingVersion(TABLE, [], [], {"kind": "create"}))
+    commit_one_step(mine, SCHEMA, "events", appender(storage, 1))
     kept = mine.load(SCHEMA, "events")
     assert kept is not None and kept.version == 2 and ids(mine, kept) == [1, 2, 3]
 
     other.drop(SCHEMA, "events")
     wider = replace(TABLE, columns=(*TABLE.columns, ColumnDef("extra", "INT")))
     for _ in range(2):  # versions 1 and 2 again
-        other.write(SCHEMA, "events", lambda base, target: PendingVersion(wider, [], [], {"kind": "create"}))
+        commit_one_step(other, SCHEMA, "events", lambda base, target: PendingVersion(wider, [], [], {"kind": "create"}))
     again = mine.load(SCHEMA, "events")
     assert again is not None and again.version == 2
     assert [c.name for c in again.table.columns] == [c.name for c in wider.columns]  # not the kept definition
@@ -351,7 +352,7 @@ def test_a_commit_stands_when_the_server_stops_before_its_housekeeping(storage: 
     import destination.store.commit as commit
 
     store = TableStore(storage)
-    store.write(SCHEMA, "events", appender(storage, 1))
+    commit_one_step(store, SCHEMA, "events", appender(storage, 1))
 
     real = commit.start
 
@@ -361,7 +362,7 @@ def test_a_commit_stands_when_the_server_stops_before_its_housekeeping(storage: 
         return real(name, workers, calls)
 
     monkeypatch.setattr(commit, "start", stopping)
-    second = store.write(SCHEMA, "events", appender(storage, 10))
+    second = commit_one_step(store, SCHEMA, "events", appender(storage, 10))
     assert second is not None and second.version == 2
     monkeypatch.undo()
     latest = TableStore(storage).load(SCHEMA, "events")
@@ -377,8 +378,8 @@ def test_the_kept_versions_are_bounded_by_tables_and_files(storage: Storage, mon
     monkeypatch.setattr(loading, "KNOWN_FILES", 4)
     store = TableStore(storage)
     for t in range(5):
-        store.write(SCHEMA, f"events{t}", appender(storage, 1))
-        store.write(SCHEMA, f"events{t}", appender(storage, 10))  # two data files
+        commit_one_step(store, SCHEMA, f"events{t}", appender(storage, 1))
+        commit_one_step(store, SCHEMA, f"events{t}", appender(storage, 10))  # two data files
         assert store.load(SCHEMA, f"events{t}") is not None
     reader = store._reader
     kept = list(reader._known)
@@ -395,8 +396,8 @@ def test_a_write_builds_on_the_version_its_request_checked_until_another_writer_
     commit conflict, and nothing of either write is lost."""
     events: list[CommitEvent] = []
     mine, other = TableStore(storage, observer=events.append), TableStore(storage)
-    mine.write(SCHEMA, "events", lambda base, target: PendingVersion(TABLE, [], [], {"kind": "create"}))
-    mine.write(SCHEMA, "events", appender(storage, 1))
+    commit_one_step(mine, SCHEMA, "events", lambda base, target: PendingVersion(TABLE, [], [], {"kind": "create"}))
+    commit_one_step(mine, SCHEMA, "events", appender(storage, 1))
     prefix = mine.table_prefix(SCHEMA, "events")
     bases: list[int] = []
 
@@ -420,7 +421,7 @@ def test_a_write_builds_on_the_version_its_request_checked_until_another_writer_
     assert layout.version_dir(prefix, 2) not in reads  # the base's folder is not listed again
 
     checked = mine.load(SCHEMA, "events")
-    other.write(SCHEMA, "events", appender(storage, 100))  # version 4, by another writer, after the request's check
+    commit_one_step(other, SCHEMA, "events", appender(storage, 100))  # version 4, by another writer, after the request's check
     committed = recording(20, checked)
     assert committed is not None and committed.version == 5 and bases == [2, 4]
     assert events[-1].conflicts == 0 and events[-1].attempts == 1
@@ -429,8 +430,8 @@ def test_a_write_builds_on_the_version_its_request_checked_until_another_writer_
 
     checked = mine.load(SCHEMA, "events")
     other.drop(SCHEMA, "events")  # made again by another writer, up to a lower version: no claim or record at 6
-    other.write(SCHEMA, "events", lambda base, target: PendingVersion(TABLE, [], [], {"kind": "create"}))
-    other.write(SCHEMA, "events", appender(storage, 200))
+    commit_one_step(other, SCHEMA, "events", lambda base, target: PendingVersion(TABLE, [], [], {"kind": "create"}))
+    commit_one_step(other, SCHEMA, "events", appender(storage, 200))
     committed = recording(30, checked)
     assert committed is not None and committed.version == 3 and bases == [2, 4, 2]
     assert events[-1].conflicts == 0

@@ -22,6 +22,7 @@ from destination.storage.opening import open_storage
 from destination.store.table_store import TableStore
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING, csv_bytes, seal
 from destination.write import sorted_runs
+from destination.write.one_step import commit_one_step
 from tests.batchfiles import seal_raw, write_csv
 from tests.conftest import spec_of
 from tests.rpc_helpers import rows_of, table
@@ -356,7 +357,7 @@ def _legacy_table(configuration, t, rows_per_bucket):  # type: ignore[no-untyped
             files.append(write_data_file(store.storage, target.directory, f"b{bucket:04d}-legacy.parquet",
                                          align(rows, legacy), legacy, bucket))
         return PendingVersion(legacy, files, [], {"kind": "write_batch"})
-    store.write("old", t.name, produce)
+    commit_one_step(store, "old", t.name, produce)
     current = store.load("old", t.name)
     raw = json.loads(store.storage.read_bytes(f"{current.directory}/{records.TABLE_JSON}"))  # type: ignore[union-attr]
     raw["table"].pop("placement")  # exactly what an older version wrote

@@ -115,7 +115,7 @@ def rest_settings(configuration: dict[str, str], name: str, s3: StorageSpec) -> 
 
 
 def catalog_from_file(path: str | None, spec: StorageSpec) -> CatalogSettings | None:
-    """The catalog of a configuration file (`formats --catalog`, `serve --catalog`: a file keeps the credentials off
+    """The catalog of a configuration file (`publish --catalog`, `serve --catalog`: a file keeps the credentials off
     the command line); None: no file. A file naming no catalog, or unreadable, is a UserActionRequired."""
     if path is None:
         return None

@@ -5,7 +5,7 @@ from dataclasses import replace
 
 from destination.catalogs.catalog_settings import GLUE, REST, SQL, CatalogSettings
 from destination.catalogs.publish import Registry
-from destination.on_disk.options import APPLIES, DELTA, FORMATS_FIELD, ICEBERG, StoreOptions
+from destination.on_disk.options import APPLIES, DELTA, ICEBERG, TABLE_FORMATS_FIELD, StoreOptions
 from destination.runtime.errors import UserActionRequired
 from destination.store.versions import Publisher
 
@@ -38,9 +38,9 @@ def check_store_options(settings: CatalogSettings, options: StoreOptions) -> Sto
         raise UserActionRequired(f"configuration field 'catalog' is {settings.kind!r}: the catalog registers the "
                                  f"Iceberg table, and tables of records_format {options.records.records_format!r} "
                                  "have no Iceberg metadata; choose records_format parquet or avro, or catalog none")
-    if ICEBERG not in options.formats:
+    if ICEBERG not in options.table_formats:
         raise UserActionRequired(f"configuration field 'catalog' is {settings.kind!r}: the catalog registers the "
-                                 f"Iceberg table, so {FORMATS_FIELD!r} must include iceberg")
+                                 f"Iceberg table, so {TABLE_FORMATS_FIELD!r} must include iceberg")
     if options.retention.keep_versions < 2:
         return replace(options, retention=replace(options.retention, keep_versions=2))
     return options
@@ -48,9 +48,9 @@ def check_store_options(settings: CatalogSettings, options: StoreOptions) -> Sto
 
 def publisher_for(formats: tuple[str, ...], settings: CatalogSettings) -> Publisher | None:
     """The store's `publish` hook: the formats, then the catalog's entry when one is configured."""
-    from destination.table_formats.sync import FormatPublisher, formats_named
+    from destination.table_formats.sync import TableFormatPublisher, table_formats_named
 
-    hook = FormatPublisher(formats_named(formats)) if formats else None
+    hook = TableFormatPublisher(table_formats_named(formats)) if formats else None
     if hook is None or not settings.on:
         return hook
     from destination.catalogs.publish import CatalogPublisher

@@ -2,7 +2,7 @@
 then the table's catalog entry is moved to the newest Iceberg metadata file (registered when it has none). The same
 step catches up an entry left behind (a crash between the records commit and the entry's move, a catalog outage):
 after the next commit of the table, on the next request for it (destination/rpc/service.py), at the server's
-start and by `records-destination formats --catalog`.
+start and by `records-destination publish --catalog`.
 
 Retention never deletes the metadata file an entry names, nor the data files of its snapshot: the formats retire
 no version at or after the one the entry names, and while the entry is behind the oldest version retention would
@@ -126,7 +126,7 @@ class CatalogPublisher:
         if fault is not None:
             logs.warning(f"{committed.schema}.{committed.table.name}: version {committed.version} is committed but "
                          f"the {catalog.described} entry was not moved to it ({fault}); the next request for the "
-                         "table, or `records-destination formats --catalog`, moves it")
+                         "table, or `records-destination publish --catalog`, moves it")
             raise fault
         return followed and kept >= oldest_retained
 

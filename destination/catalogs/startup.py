@@ -21,7 +21,7 @@ from destination.runtime.errors import StorageError
 from destination.storage.base import Storage, StorageSpec
 from destination.storage.opening import open_storage
 from destination.store.table_store import TableStore
-from destination.table_formats.sync import formats_named, oldest_retained
+from destination.table_formats.sync import oldest_retained, table_formats_named
 
 MAX_SECONDS = 600.0
 
@@ -44,7 +44,7 @@ def catch_up_root(storage: Storage, catalog: CatalogSettings, lock: Lock, stoppi
                 latest = store.load(schema, table)
                 if latest is None:
                     continue
-                followed = tuple(fmt.name for fmt in formats_named(TABLE_FORMATS)
+                followed = tuple(fmt.name for fmt in table_formats_named(TABLE_FORMATS)
                                  if fmt.log(storage, latest.prefix).last is not None)
                 hook = publisher_for(followed, catalog)
                 if hook is not None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from destination.runtime.errors import UserActionRequired
 
 OFF, ARCION_CSV, ARCION_JSON, PARQUET = "off", "arcion-csv", "arcion-json", "parquet"
-FORMATS = (OFF, ARCION_CSV, ARCION_JSON, PARQUET)
+CHANGE_FORMATS = (OFF, ARCION_CSV, ARCION_JSON, PARQUET)
 FULL, MINIMAL = "full", "minimal"
 IMAGES = (FULL, MINIMAL)
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off", "")
@@ -45,8 +45,8 @@ def _flag(configuration: dict[str, str], name: str) -> bool:
 def change_settings(configuration: dict[str, str]) -> ChangeSettings:
     """Parse and check the `changes*` fields; a bad value is a Task naming the field."""
     fmt = (configuration.get("changes") or OFF).strip().lower()
-    if fmt not in FORMATS:
-        raise UserActionRequired(f"configuration field 'changes' is {fmt!r}; expected one of {', '.join(FORMATS)}")
+    if fmt not in CHANGE_FORMATS:
+        raise UserActionRequired(f"configuration field 'changes' is {fmt!r}; expected one of {', '.join(CHANGE_FORMATS)}")
     image = (configuration.get("changes_image") or FULL).strip().lower()
     if image not in IMAGES:
         raise UserActionRequired(f"configuration field 'changes_image' is {image!r}; expected full or minimal")

@@ -1,5 +1,5 @@
-"""`records-destination formats`: bring the Delta Lake and Iceberg metadata of existing tables up to their committed
-versions, or rebuild it from them (`--rebuild`: the formats' folders are cleared first). Run it when no server is
+"""`records-destination publish` (once `formats`): bring the Delta Lake and Iceberg metadata of existing tables up to
+their committed versions, or rebuild it from them (`--rebuild`: the formats' folders are cleared first). Run it when no server is
 writing the tables: a write in between would be caught up by the next write anyway. `--catalog FILE` also registers
 every table in the catalog of a configuration file, or moves its entry to the latest version."""
 from __future__ import annotations
@@ -11,18 +11,18 @@ from destination.on_disk.options import DELTA, describes
 from destination.runtime.errors import DestinationError
 from destination.storage.base import Storage
 from destination.store.table_store import TableStore
-from destination.table_formats.sync import BuiltVersions, applies, bring_up_to_date, formats_named, oldest_retained
+from destination.table_formats.sync import BuiltVersions, applies, bring_up_to_date, oldest_retained, table_formats_named
 from destination.table_formats.version import ICEBERG
 
 
-def formats_command(storage: Storage, name: str | None, formats: tuple[str, ...], rebuild: bool,
+def publish_command(storage: Storage, name: str | None, formats: tuple[str, ...], rebuild: bool,
                     catalog: CatalogSettings | None = None) -> int:
     """`catalog`: also register each table there, or move its entry to the latest version (a catalog added
     later, or an entry left behind by an outage)."""
     store = TableStore(storage)
     registry = open_registry(catalog, formats) if catalog is not None else None
     if registry is not None and ICEBERG not in formats:
-        print("error: --catalog registers the Iceberg tables: --formats must include iceberg")
+        print("error: --catalog registers the Iceberg tables: --table-formats must include iceberg")
         return 2
     tables = [tuple(name.split(".", 1))] if name else [(s, t) for s in store.list_schemas() for t in store.list_tables(s)]
     if any(len(t) != 2 for t in tables):
@@ -37,7 +37,7 @@ def formats_command(storage: Storage, name: str | None, formats: tuple[str, ...]
                 continue
             prefix = store.table_prefix(schema, table)
             oldest = oldest_retained(store, prefix, latest.version)
-            chosen = formats_named(formats)
+            chosen = table_formats_named(formats)
             if rebuild:  # every format's folders first: the versions built below are shared by the formats
                 for folder in {folder for fmt in chosen for folder in fmt.folders}:
                     storage.delete_prefix(f"{prefix}/{folder}")

@@ -24,15 +24,15 @@ from destination.catalogs.publish import Registry
 from destination.changes.change_settings import ChangeSettings
 from destination.changes.replay import version_files
 from destination.on_disk.options import DELTA, ICEBERG, TABLE_FORMATS, default_layout, describes
+from destination.process.spark_session import get_session
 from destination.records_formats.choice import FORMAT_FIELD, HINT_FIELDS, VARIANT_FIELD, records_choice
 from destination.runtime.errors import DestinationError, TableNotFound, UserActionRequired
 from destination.storage.base import Storage
 from destination.store.table_store import Retention, TableStore
 from destination.store.versions import TableVersion
-from destination.table_formats.sync import formats_named
-from destination.write.format_move import format_text, move_format, moved_definition
+from destination.table_formats.sync import table_formats_named
 from destination.write.jobs import JobRunner, PlacementSettings
-from destination.write.session import get_session
+from destination.write.records_format_move import format_text, move_records_format, moved_definition
 from destination.write.with_changes import CommitsWithChanges
 
 DROP_OPTION = "--drop-table-formats"
@@ -67,7 +67,7 @@ def reformat_command(storage: Storage, name: str, fields: dict[str, str], format
     if not sep or not schema or not table:
         raise UserActionRequired(f"{name!r} is not SCHEMA.TABLE")
     if catalog is not None and ICEBERG not in formats:
-        raise UserActionRequired("--catalog registers the Iceberg tables: --formats must include iceberg")
+        raise UserActionRequired("--catalog registers the Iceberg tables: --table-formats must include iceberg")
     probe = TableStore(storage)
     current = probe.load(schema, table)
     if current is None:
@@ -81,15 +81,15 @@ def reformat_command(storage: Storage, name: str, fields: dict[str, str], format
     registry = open_registry(catalog, formats) if catalog is not None else None
     dropped = tuple(f for f in TABLE_FORMATS if not describes(f, new.stored_format))
     _check_dropping(storage, prefix, registry, current, new.stored_format, dropped, drop_table_formats)
-    # a format the table has is followed too, whatever `formats` says: kept up with the move where it describes the
+    # a format the table has is followed too, whatever `--table-formats` says: kept up with the move where it describes the
     # new files (else it would go on describing the version before), removed where it does not
-    has = {fmt.name for fmt in formats_named(TABLE_FORMATS) if fmt.log(storage, prefix).last is not None}
+    has = {fmt.name for fmt in table_formats_named(TABLE_FORMATS) if fmt.log(storage, prefix).last is not None}
     followed = tuple(f for f in TABLE_FORMATS if f in formats or f in dropped or f in has)
     store = TableStore(storage, KEEP_EVERY_VERSION, layout=_layout(probe, prefix, current),
                        publish=publisher_for(followed, catalog or CatalogSettings()))
     changes = _change_settings(storage, prefix, current)
     jobs = JobRunner(storage.spec, lambda: get_session(spark_master), changes, PlacementSettings())
-    committed = move_format(jobs, CommitsWithChanges(store, jobs, changes), schema, table, choice)
+    committed = move_records_format(jobs, CommitsWithChanges(store, jobs, changes), schema, table, choice)
     if registry is not None and registry.delta is not None:  # Glue's Delta table, which names the folder
         names = registry.names(schema, table)
         if DELTA in dropped:
@@ -107,7 +107,7 @@ def _check_dropping(storage: Storage, prefix: str, registry: Registry | None, cu
     of a table with metadata of one of them or (Iceberg) a catalog entry: the move removes them, and their readers
     then fail."""
     table = f"{current.schema}.{current.table.name}"
-    found = [f"{fmt.name} ({', '.join(f + '/' for f in fmt.folders)})" for fmt in formats_named(dropped)
+    found = [f"{fmt.name} ({', '.join(f + '/' for f in fmt.folders)})" for fmt in table_formats_named(dropped)
              if fmt.log(storage, prefix).last is not None]
     if (ICEBERG in dropped and registry is not None
             and registry.catalog.location(*registry.names(current.schema, current.table.name))):

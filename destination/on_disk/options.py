@@ -21,7 +21,7 @@ LAYOUTS = (COMPLETE, REFERENCING)
 LAYOUT_FIELD = "layout"
 VERSIONS_FIELD = "retention_versions"
 MIN_AGE_FIELD = "retention_min_age_seconds"
-FORMATS_FIELD = "table_formats"
+TABLE_FORMATS_FIELD = "table_formats"
 DELTA, ICEBERG = "delta", "iceberg"
 TABLE_FORMATS = (DELTA, ICEBERG)  # also written for every version, in this order (destination/table_formats/)
 NO_FORMATS = "none"
@@ -46,8 +46,8 @@ class Retention:
 class StoreOptions:
     layout: str = COMPLETE
     retention: Retention = field(default_factory=Retention)
-    formats: tuple[str, ...] = TABLE_FORMATS
-    records: RecordsChoice = field(default_factory=RecordsChoice)  # the format of tables created from now on
+    table_formats: tuple[str, ...] = TABLE_FORMATS
+    records: RecordsChoice = field(default_factory=RecordsChoice)  # the records format of tables created from now on
 
 
 def default_layout(is_s3: bool) -> str:
@@ -88,7 +88,7 @@ def describes(table_format: str, records_format: str) -> bool:
 
 def table_formats(configuration: dict[str, str]) -> tuple[str, ...]:
     """`table_formats`: a comma-separated list of delta and iceberg, or none (empty: both)."""
-    text = (configuration.get(FORMATS_FIELD) or "").strip().lower()
+    text = (configuration.get(TABLE_FORMATS_FIELD) or "").strip().lower()
     if not text:
         return TABLE_FORMATS
     names = [n.strip() for n in text.split(",") if n.strip()]
@@ -96,7 +96,7 @@ def table_formats(configuration: dict[str, str]) -> tuple[str, ...]:
         return ()
     unknown = [n for n in names if n not in TABLE_FORMATS]
     if unknown or not names:
-        raise UserActionRequired(f"configuration field {FORMATS_FIELD!r}: {text!r} is not a list of "
+        raise UserActionRequired(f"configuration field {TABLE_FORMATS_FIELD!r}: {text!r} is not a list of "
                                  f"{' and '.join(TABLE_FORMATS)}, or {NO_FORMATS}")
     return tuple(n for n in TABLE_FORMATS if n in names)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 from destination.model.table_model import PARQUET, TableDef
 from destination.records_formats import hints as records_hints
-from destination.records_formats.codec import FORMATS, Codec, codec
+from destination.records_formats.codec import RECORDS_FORMATS, Codec, codec
 from destination.runtime.errors import BadRequest, UserActionRequired
 
 FORMAT_FIELD = "records_format"
@@ -58,8 +58,8 @@ def records_choice(configuration: Mapping[str, str],
     """The configuration's choice, checked as the codecs decide; a refused value is a UserActionRequired naming
     its field as `named` calls it (`reformat` names its command-line options)."""
     fmt = (configuration.get(FORMAT_FIELD) or "").strip().lower() or PARQUET
-    if fmt not in FORMATS:
-        raise UserActionRequired(f"{named(FORMAT_FIELD)}: {fmt!r} is not one of {', '.join(FORMATS)}")
+    if fmt not in RECORDS_FORMATS:
+        raise UserActionRequired(f"{named(FORMAT_FIELD)}: {fmt!r} is not one of {', '.join(RECORDS_FORMATS)}")
     if fmt != "delimited":
         return RecordsChoice(fmt)
     variant = (configuration.get(VARIANT_FIELD) or "").strip().lower()

@@ -13,7 +13,7 @@ from destination.model.table_model import TableDef
 from destination.records_formats import avro, delimited, hints
 from destination.runtime.errors import BadRequest
 
-FORMATS = ("parquet", "avro", "delimited")
+RECORDS_FORMATS = ("parquet", "avro", "delimited")
 
 
 @dataclass(frozen=True)
@@ -80,8 +80,8 @@ class Codec:
 def codec(records_format: str = "parquet", variant: str | None = None,
           overrides: Mapping[str, Any] | None = None) -> Codec:
     """The codec of a configuration (`records_format`, `records_variant`, hint overrides), checked."""
-    if records_format not in FORMATS:
-        raise BadRequest(f"records_format {records_format!r}: unknown; choose one of {', '.join(FORMATS)}")
+    if records_format not in RECORDS_FORMATS:
+        raise BadRequest(f"records_format {records_format!r}: unknown; choose one of {', '.join(RECORDS_FORMATS)}")
     if records_format != "delimited":
         if variant is not None or overrides:
             raise BadRequest(f"records_format {records_format!r}: records_variant and hints apply to delimited only")

@@ -13,11 +13,11 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from destination.process.progress import Progress
 from destination.runtime import logs
 from destination.runtime.errors import scrub
 from destination.store.table_store import TableStore
 from destination.store.versions import CommitEvent, TableVersion
-from destination.write.progress import Progress
 
 RECENT_REQUESTS = 200
 VERSIONS_KEPT = 20  # per table

@@ -26,21 +26,21 @@ from destination.catalogs.catalog_settings import (
     SQL,
     URI_FIELD,
 )
-from destination.changes.change_settings import FORMATS, FULL, IMAGES, OFF
+from destination.changes.change_settings import CHANGE_FORMATS, FULL, IMAGES, OFF
 from destination.on_disk.options import (
-    FORMATS_FIELD,
     KEEP_VERSIONS,
     LAYOUT_FIELD,
     LAYOUTS,
     MIN_AGE_FIELD,
     MIN_AGE_SECONDS,
+    TABLE_FORMATS_FIELD,
     VERSIONS_FIELD,
 )
 from destination.on_disk.placement import TARGET_FILE_BYTES
 from destination.protocol import common, form_field_names
 from destination.records_formats.choice import DEFAULT, HINT_FIELDS, NONE, VARIANT_FIELD
 from destination.records_formats.choice import FORMAT_FIELD as RECORDS_FORMAT_FIELD
-from destination.records_formats.codec import FORMATS as RECORDS_FORMATS
+from destination.records_formats.codec import RECORDS_FORMATS
 from destination.records_formats.hints import DEFAULT_VARIANT, OFFERED_VARIANTS, OVERRIDABLE
 from destination.runtime.errors import UserActionRequired
 from destination.runtime.settings import ServerOptions
@@ -71,7 +71,7 @@ def configuration_form() -> common.ConfigurationFormResponse:
                                      "on about one file, so smaller files mean more parallelism and less memory "
                                      "per task, larger ones fewer files."),
         common.FormField(name="changes", label="Change files", required=False, default_value=OFF,
-                         dropdown_field=common.DropdownField(dropdown_field=list(FORMATS)),
+                         dropdown_field=common.DropdownField(dropdown_field=list(CHANGE_FORMATS)),
                          description="Also write the rows each version inserted, updated and deleted under "
                                      "<table>/changes/v<N>/: Arcion realtime CSV or JSON, or Parquet in the Delta "
                                      "change data feed style."),
@@ -100,7 +100,7 @@ def configuration_form() -> common.ConfigurationFormResponse:
         common.FormField(name=MIN_AGE_FIELD, label="Minimum age of a removed version (seconds)", required=False,
                          text_field=text.PlainText, default_value=str(int(MIN_AGE_SECONDS)),
                          description="How long readers of a superseded version can still read its files."),
-        common.FormField(name=FORMATS_FIELD, label="Table formats", required=False, text_field=text.PlainText,
+        common.FormField(name=TABLE_FORMATS_FIELD, label="Table formats", required=False, text_field=text.PlainText,
                          default_value="delta,iceberg",
                          description="Also make every version a version of a Delta Lake table (_delta_log/, with "
                                      "the change data feed when changes are on) and of an Iceberg table "

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 from grpc_health.v1 import health, health_pb2
 
+from destination.process.spark_session import spark_problem
 from destination.runtime import logs
 from destination.runtime.errors import DestinationError, scrub
 from destination.storage.base import StorageSpec
 from destination.storage.opening import open_storage
-from destination.write.session import spark_problem
 
 INTERVAL_SECONDS = 5.0
 MIN_INTERVAL_SECONDS = 0.1

@@ -1,5 +1,5 @@
-"""The RPC layer's observation of its requests: metrics (destination/write/metrics.py), the status page's memory
-(activity.py), progress lines of long requests (destination/write/progress.py) and the log context of a request."""
+"""The RPC layer's observation of its requests: metrics (destination/process/metrics.py), the status page's memory
+(activity.py), progress lines of long requests (destination/process/progress.py) and the log context of a request."""
 from __future__ import annotations
 
 import itertools
@@ -10,14 +10,14 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from destination.model.table_model import TableDef
+from destination.process import metrics
+from destination.process.progress import ProgressReporter, RequestWork, tracked
 from destination.rpc.activity import Activity, RequestRecord
 from destination.runtime import logs
 from destination.runtime.settings import ServerOptions
 from destination.store.versions import CommitEvent
-from destination.write import metrics
 from destination.write.batches import BatchPlan
 from destination.write.outcome import Outcome
-from destination.write.progress import ProgressReporter, RequestWork, tracked
 
 LONG_RPCS = frozenset({"WriteBatch", "WriteHistoryBatch", "AlterTable", "Migrate"})  # with progress lines
 

@@ -11,13 +11,17 @@ from typing import TYPE_CHECKING
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from pyspark.sql import SparkSession
 
 from destination.catalogs.catalog_settings import CatalogSettings, catalog_from_file
 from destination.catalogs.startup import start_catch_up
+from destination.process.spark_session import get_session
 from destination.protocol import sdk, sdk_grpc
 from destination.rpc.activity import RootLister
 from destination.rpc.configuration import storage_spec
 from destination.rpc.health_monitor import HealthMonitor, check_interval, root_check, spark_check
+from destination.rpc.observe import Observer
+from destination.rpc.roots import Roots
 from destination.rpc.service import DestinationService
 from destination.rpc.status_http import StatusServer
 from destination.runtime import logs
@@ -41,7 +45,7 @@ def build_server(options: ServerOptions, port: int,
         options=[("grpc.max_send_message_length", MAX_MESSAGE), ("grpc.max_receive_message_length", MAX_MESSAGE),
                  ("grpc.so_reuseport", 0)],
     )
-    service = DestinationService(options)
+    service = assemble(options)
     sdk_grpc.add_DestinationConnectorServicer_to_server(service, server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -66,6 +70,18 @@ def build_server(options: ServerOptions, port: int,
     if not bound:
         raise SystemExit(PORT_TAKEN.format(port=port))
     return server, health_servicer, service, bound
+
+
+def assemble(options: ServerOptions) -> DestinationService:
+    """The server's parts, built here and only here: its observer (metrics, status, progress), the Spark session it
+    starts on first use, the roots its requests write to (their stores and write paths), and the service over
+    them."""
+    observer = Observer(options)
+
+    def spark() -> SparkSession:
+        return get_session(options.spark_master, options.driver_memory, options.spark_event_log,
+                           options.spark_ui_port)
+    return DestinationService(options, observer, Roots(options, observer, spark), spark)
 
 
 def port_free(port: int) -> bool:
@@ -110,7 +126,7 @@ def start_iceberg_rest(options: ServerOptions, service: DestinationService,
     except OSError as exc:
         raise SystemExit(f"cannot listen on --iceberg-rest-port {rest.port}: {exc.strerror or exc}; "
                          "stop the process using it or choose another port") from None
-    service.served = warehouses
+    service.roots.served = warehouses
     served.start()
     vended = "storage credentials vended" if rest.vend_credentials else "no storage credentials vended"
     logs.info(f"Iceberg REST catalog (read-only, bearer token, {vended}) on {served.scheme}://0.0.0.0:{served.port}/")

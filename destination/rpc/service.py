@@ -8,22 +8,23 @@ from __future__ import annotations
 
 import functools
 import os
-import threading
 import time
 import traceback
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
+from pyspark.sql import SparkSession
 
-from destination.catalogs.catalog_settings import CatalogSettings, catalog_settings
-from destination.catalogs.kinds import check_store_options, open_registry, publisher_for
-from destination.changes.change_settings import change_settings
+from destination.catalogs.catalog_settings import catalog_settings
+from destination.catalogs.kinds import open_registry
 from destination.model.conversion import failure_summary
 from destination.model.table_model import DELETED
-from destination.on_disk.options import StoreOptions, store_options
+from destination.process import metrics
+from destination.process.progress import current as current_work
+from destination.process.spark_session import trivial_job
 from destination.protocol import common, sdk, sdk_grpc
 from destination.rpc.configuration import (
     TEST_CATALOG,
@@ -31,40 +32,28 @@ from destination.rpc.configuration import (
     TEST_STORAGE,
     configuration_form,
     storage_spec,
-    target_file_bytes,
-    unknown_fields_message,
 )
 from destination.rpc.observe import Observer, result_of
 from destination.rpc.proto_convert import file_format, table_from_proto, table_to_proto
+from destination.rpc.roots import Roots
 from destination.rpc.table_locks import TableLocks
 from destination.runtime import logs, phases
 from destination.runtime.errors import (
     BadRequest,
     CommitConflict,
     DestinationError,
-    Problems,
     Unavailable,
     UserActionRequired,
     cause_text,
     scrub,
 )
 from destination.runtime.settings import ServerOptions
-from destination.storage.base import StorageSpec, local_root_problem
-from destination.storage.opening import open_storage
+from destination.storage.base import local_root_problem
 from destination.storage.s3 import transient_error
-from destination.store.table_store import TableStore
-from destination.write import entry_points, metrics
+from destination.write import entry_points
 from destination.write.batches import WRITE_BATCH, WRITE_HISTORY_BATCH, BatchPlan
-from destination.write.copy_job import SparkCopies
-from destination.write.jobs import PlacementSettings
 from destination.write.migrations import migration_target
-from destination.write.progress import current as current_work
-from destination.write.session import get_session, trivial_job
-from destination.write.staging import stages_files
-from destination.write.write_path import WritePath, write_path_for
-
-if TYPE_CHECKING:
-    from destination.iceberg_rest.warehouses import Warehouses
+from destination.write.write_path import WritePath
 
 TARGET_LOCK_SECONDS = 600.0
 
@@ -83,61 +72,18 @@ def _transient_storage_errors() -> Iterator[None]:
 
 
 class DestinationService(sdk_grpc.DestinationConnectorServicer):
-    def __init__(self, options: ServerOptions) -> None:
+    """The RPCs, over the parts the server's assembly built (destination/rpc/server.py: `assemble`)."""
+
+    def __init__(self, options: ServerOptions, observer: Observer, roots: Roots,
+                 spark: Callable[[], SparkSession]) -> None:
         self.options = options
+        self.observer = observer
+        self.roots = roots
+        self.spark = spark
         self.locks = TableLocks()
-        self._stores: dict[tuple[StorageSpec, StoreOptions, CatalogSettings], TableStore] = {}
-        self._stores_lock = threading.Lock()
-        self._warned_configurations: set[str] = set()
-        self.observer = Observer(options)
-        self.served: Warehouses | None = None  # `serve --iceberg-rest-port`: the roots written to are served too
-
-    # ---- plumbing ----------------------------------------------------------------------
-
-    def spark(self) -> Any:
-        return get_session(self.options.spark_master, self.options.driver_memory, self.options.spark_event_log,
-                           self.options.spark_ui_port)
 
     def write_path_of(self, configuration: Any) -> WritePath:
-        """The store of the configuration's root (one per root, kept) and the writers of its tables, with the
-        configuration's change and placement settings."""
-        config = dict(configuration)
-        self._warn_unknown_fields(config)
-        problems = Problems()  # every bad field in one answer
-        spec = problems.attempt(lambda: storage_spec(config, self.options))
-        changes = problems.attempt(lambda: change_settings(config))
-        file_bytes = problems.attempt(lambda: target_file_bytes(config))
-        catalog = problems.attempt(lambda: catalog_settings(config, *_s3_access(spec)))
-        chosen = problems.attempt(lambda: store_options(config, spec.is_s3 if spec else False))
-        problems.raise_any()
-        assert spec is not None and changes is not None and file_bytes is not None
-        assert catalog is not None and chosen is not None
-        stored = check_store_options(catalog, chosen)
-        with self._stores_lock:
-            store = self._stores.get((spec, stored, catalog))
-            if store is None:
-                storage = open_storage(spec)
-                observer, dropped = self.observer.commit_observer(spec.root), None
-                if self.served is not None:  # the served catalog hears of each commit and drop at once
-                    observer, dropped = self.served.watch(storage, observer)
-                store = self._stores[(spec, stored, catalog)] = TableStore(
-                    storage, stored.retention, observer=observer, layout=stored.layout,
-                    copies=SparkCopies(self.spark), publish=publisher_for(stored.formats, catalog), dropped=dropped)
-        placement = PlacementSettings(target_file_bytes=file_bytes, scratch=self._scratch())
-        return write_path_for(store, self.spark, changes, self.options.small_request_bytes, placement, stored.records)
-
-    def _scratch(self) -> StorageSpec | None:
-        """Sorted runs go to a local directory when the executors are local; else to the table's storage."""
-        if stages_files(self.options.spark_master):
-            return None
-        return StorageSpec(root=self.options.scratch_dir, s3_retry_attempts=self.options.s3_retry_attempts)
-
-    def _warn_unknown_fields(self, config: dict[str, str]) -> None:
-        """Once per distinct set of unknown fields: every request carries the configuration."""
-        message = unknown_fields_message(config)
-        if message is not None and message not in self._warned_configurations:
-            self._warned_configurations.add(message)
-            logs.warning(message)
+        return self.roots.write_path_of(configuration)
 
     # ---- RPCs without a table ------------------------------------------------------------
 
@@ -346,11 +292,6 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         if not outcome.supported:
             return sdk.MigrateResponse(unsupported=True), outcome.detail
         return sdk.MigrateResponse(success=True), outcome.detail
-
-
-def _s3_access(spec: StorageSpec | None) -> tuple[str, str, str]:
-    """The S3 region and keys a catalog shares with the storage (none when the storage's fields are wrong)."""
-    return (spec.s3_region, spec.access_key_id, spec.secret_access_key) if spec else ("", "", "")
 
 
 def _causes(exc: BaseException) -> str:

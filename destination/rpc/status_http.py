@@ -13,11 +13,11 @@ from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
+from destination.process import metrics
+from destination.process.spark_session import jvm_pid
 from destination.rpc.activity import Activity
 from destination.rpc.status_page import render_index, render_table
 from destination.runtime import logs
-from destination.write import metrics
-from destination.write.session import jvm_pid
 
 
 def jvm_resident_bytes() -> int | None:

@@ -66,7 +66,6 @@ HOUSEKEEPING_THREADS = 8  # a commit's hint and claim clean-ups at once, for all
 RECENT_BATCHES = 20  # batch ids remembered per table to recognise a retried request
 RECHECK_AFTER_SECONDS = 1.0  # the claim is checked again before the metadata when the files took longer than this
 
-Produce = Callable[[TableVersion | None, VersionTarget], PendingVersion | None]
 Publish = Callable[[str, TableVersion, int], bool]  # Publisher, given the store
 
 
@@ -148,22 +147,6 @@ class Committer:
         except Exception:
             self.abandon(attempt)
             raise
-
-    def write(self, schema: str, table: str, produce: Produce) -> TableVersion | None:
-        """Run `produce(base, target)` on an attempt and commit what it returns (None: nothing to change, the
-        latest version is returned), beginning again after a conflict: for writes of one step (definitions, copies,
-        tests); a request's merge takes the steps itself (destination/write/table_writes.py)."""
-        attempt = self.begin(schema, table)
-        while True:
-            with self.held(attempt):
-                pending = produce(attempt.base, attempt.target)
-            if pending is None:
-                self.abandon(attempt)
-                return attempt.base
-            committed = self.commit(attempt, pending)
-            if committed is not None:
-                return committed
-            attempt = self.begin(schema, table, after=attempt)
 
     def repair(self, schema: str, table: str) -> Repair | None:
         """When the latest committed version is incomplete, commit the newest complete version's files (and

@@ -15,7 +15,7 @@ from destination.on_disk.options import Retention as Retention  # re-exported: c
 from destination.storage.base import Storage
 from destination.store.carry import CarryForward
 from destination.store.claims import CLAIM_LEASE_SECONDS, Claims
-from destination.store.commit import Committer, Produce, Publish
+from destination.store.commit import Committer, Publish
 from destination.store.loading import VersionReader
 from destination.store.retention import VersionRetention
 from destination.store.table_names import TableNames
@@ -128,11 +128,6 @@ class TableStore:
     def held(self, attempt: Attempt) -> AbstractContextManager[None]:
         """The writer's work on an attempt: an exception abandons it (Committer.held)."""
         return self._commits.held(attempt)
-
-    def write(self, schema: str, table: str, produce: Produce) -> TableVersion | None:
-        """Commit what `produce(base, target)` returns as the next version, on as many attempts as conflicts need
-        (Committer.write)."""
-        return self._commits.write(schema, table, produce)
 
     def repair(self, schema: str, table: str) -> Repair | None:
         """Commit the newest complete version again when the latest one is incomplete (Committer.repair)."""

@@ -2,7 +2,7 @@
 is brought up to the committed version, versions it missed first (a writer that died between the records commit
 and the formats' commits, or formats turned on for an existing table). The records commit stays the commit point:
 a format entry is only ever written for a committed version, and a format behind is caught up by the next write
-of the table or by `records-destination formats`.
+of the table or by `records-destination publish`.
 
 Change data: with change files on and Delta followed (the format that reads them), a version with row events gets
 Delta change data files under `_change_data/v<N>/` (the table's columns, `_destination_meta` NULL, and
@@ -43,7 +43,7 @@ from destination.table_formats.version import DELTA, ICEBERG, ChangeDataFile, La
 FORMAT_THREADS = 8  # formats committed beside a request's first one, for all requests of the process at once
 
 
-class FormatPublisher:
+class TableFormatPublisher:
     """The store's `publish` hook for the configured formats (destination/store/versions.py `Publisher`)."""
 
     def __init__(self, formats: Sequence[TableFormat]) -> None:
@@ -66,7 +66,7 @@ class FormatPublisher:
             except Exception as exc:  # the records commit stands: the next write of the table catches the format up
                 logs.warning(f"{committed.schema}.{committed.table.name}: version {committed.version} is committed "
                              f"but its {fmt.name} metadata could not be written ({_error_text(exc)}); the next write of "
-                             f"the table, or `records-destination formats`, brings it up to date")
+                             f"the table, or `records-destination publish`, brings it up to date")
                 return False
         if not self.formats:
             return True
@@ -168,7 +168,7 @@ def applies(fmt: TableFormat, version: TableVersion) -> bool:
 def _remove_stale(storage: Storage, prefix: str, fmt: TableFormat, latest: TableVersion) -> None:
     """A table moved to another records format (`records-destination reformat`) keeps no metadata of a format that
     does not describe its files: readers of it fail instead of reading the rows of the last version it described. The move
-    removes it; here it is removed when the move stopped before (the next commit, request or `formats` run)."""
+    removes it; here it is removed when the move stopped before (the next commit, request or `publish` run)."""
     if fmt.log(storage, prefix).last is None:
         return
     for folder in fmt.folders:
@@ -225,7 +225,7 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {scrub(lines[0]) if lines else ''}"[:400] + (f"; caused by {causes}" if causes else "")
 
 
-def formats_named(names: Sequence[str]) -> list[TableFormat]:
+def table_formats_named(names: Sequence[str]) -> list[TableFormat]:
     """The writers of the configured formats (`table_formats`), in the configuration's order."""
     from destination.table_formats.delta import DeltaFormat
     from destination.table_formats.iceberg import IcebergFormat

@@ -65,7 +65,7 @@ class TableFormat(Protocol):
     two writers catching up the same table, or a retry after a crash, converge."""
 
     name: str
-    folders: tuple[str, ...]  # the table's folders holding the format's metadata (what `formats --rebuild` clears)
+    folders: tuple[str, ...]  # the table's folders holding the format's metadata (what `publish --rebuild` clears)
     reads_change_data: bool  # whether `commit` uses `version.change_data` (written for it only then)
 
     def log(self, storage: Storage, prefix: str) -> FormatLog:

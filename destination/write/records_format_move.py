@@ -11,6 +11,7 @@ from destination.records_formats.choice import RecordsChoice
 from destination.runtime.errors import TableNotFound, UserActionRequired
 from destination.store.versions import PendingVersion, TableVersion, VersionTarget
 from destination.write.jobs import JobRunner
+from destination.write.one_step import commit_one_step
 from destination.write.with_changes import CommitsWithChanges
 from spark_jobs.contracts import RewriteUnit
 from spark_jobs.tasks.per_file import UNHELD, reformat_file_task
@@ -39,7 +40,7 @@ def moved_definition(schema: str, current: TableDef, choice: RecordsChoice) -> T
     return new
 
 
-def move_format(jobs: JobRunner, commits: CommitsWithChanges, schema: str, name: str,
+def move_records_format(jobs: JobRunner, commits: CommitsWithChanges, schema: str, name: str,
                 choice: RecordsChoice) -> TableVersion:
     """Commit the table's next version in the chosen format (a commit by another writer meanwhile: done again on
     its version, whose definition and rows are the ones moved)."""
@@ -60,6 +61,6 @@ def move_format(jobs: JobRunner, commits: CommitsWithChanges, schema: str, name:
         return PendingVersion(new, out.new_files, [], {"kind": OPERATION, "from": format_text(base.table),
                                                        "to": format_text(new), "rows": out.counts.get("rows", 0)},
                               out.change_parts(KIND_ROWS))
-    committed = commits.write(schema, name, produce)
+    committed = commit_one_step(commits, schema, name, produce)
     assert committed is not None
     return committed

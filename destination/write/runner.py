@@ -25,11 +25,11 @@ from typing import Any, NoReturn, TypeVar
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
+from destination.process import metrics, progress
+from destination.process.spark_session import discard_if_dead
 from destination.runtime import phases
 from destination.runtime.errors import DestinationError, SparkUnavailable
-from destination.write import metrics, progress
 from destination.write.coalescer import Coalescer, TimedResults, run_coalesced_unit
-from destination.write.session import discard_if_dead
 from spark_jobs.boundary import TaskFailure, map_unit, reduce_partition, run_unit
 from spark_jobs.contracts import JobContext
 

@@ -21,6 +21,7 @@ from destination.store.table_store import TableStore
 from destination.store.versions import PendingVersion, TableVersion, VersionTarget
 from destination.write.alter_plan import describe_difference, lossy_change_text, plan_alter
 from destination.write.jobs import JobRunner
+from destination.write.one_step import commit_one_step
 from destination.write.outcome import Outcome
 from destination.write.with_changes import CommitsWithChanges
 from spark_jobs.alter import colliding_keys, convert_table, key_text
@@ -46,7 +47,7 @@ class TableDefinitions:
         existing = self._store.load(schema, table.name)
         if existing is not None:
             return False, describe_difference(existing.table, table)
-        self._commits.write(schema, table.name,
+        commit_one_step(self._commits, schema, table.name,
                              lambda base, target: PendingVersion(table, [], [], {"kind": "create_table"}))
         return True, ""
 
@@ -93,7 +94,7 @@ class TableDefinitions:
             out = self._jobs.run(task, schema, origin, target, table, units(origin), f"{operation} {schema}.{name}")
             return PendingVersion(table, out.new_files, [], {"kind": operation, "counts": out.counts},
                                   out.change_parts(KIND_SNAPSHOT))
-        return self._commits.write(schema, name, produce)
+        return commit_one_step(self._commits, schema, name, produce)
 
     def copy_table(self, schema: str, source: str, target: str) -> TableVersion | None:
         """A version of `target` holding a copy of `source`'s definition and files (server-side copies)."""
@@ -112,7 +113,7 @@ class TableDefinitions:
                 # every statistic, the key range too, describes the copy, which is first written here
                 copied.append(replace(f, name=name, stored_in=None, written_in=None))
             return PendingVersion(replace(origin.table, name=target), copied, [], {"kind": "copy_table", "from": source})
-        return self._commits.write(schema, target, produce)
+        return commit_one_step(self._commits, schema, target, produce)
 
     def _refuse_lossy_change(self, schema: str, current: TableVersion, new: TableDef) -> None:
         """Before anything is written: a Spark job over the stored files counts the values of each column whose
@@ -163,7 +164,7 @@ class TableDefinitions:
             out = self._jobs.run(merge_range_task, schema, None, target, new, units, f"rekey {schema}.{new.name}")
             return PendingVersion(new, out.new_files, [], {"kind": "alter_table_primary_key"},
                                   out.change_parts(KIND_SNAPSHOT))
-        committed = self._commits.write(schema, planned.name, produce)
+        committed = commit_one_step(self._commits, schema, planned.name, produce)
         return Outcome(committed.version if committed else None)
 
 

@@ -19,6 +19,7 @@ from destination.runtime.settings import SMALL_REQUEST_BYTES
 from destination.store.versions import PendingVersion, TableVersion, VersionTarget
 from destination.write.batches import WRITE_BATCH, WRITE_HISTORY_BATCH, BatchPlan
 from destination.write.jobs import JobOutput, JobRunner
+from destination.write.one_step import commit_one_step
 from destination.write.outcome import BatchRetried, Outcome
 from destination.write.sorted_runs import SortedRuns
 from destination.write.with_changes import CommitsWithChanges
@@ -155,7 +156,7 @@ class TableWrites:
             logs.info(f"{schema}.{name}: placed {sum(f.rows for f in stored)} rows of {len(stored)} key-hash bucket "
                       f"files in {len(out.new_files)} key-range files")
             return PendingVersion(table, out.new_files, [], {"kind": "place_in_key_ranges"}, out.change_parts(KIND_ROWS))
-        self._commits.write(schema, name, produce)
+        commit_one_step(self._commits, schema, name, produce)
 
     def truncate(self, schema: str, table_name: str, synced_column: str, cutoff_us: int,
                  deleted_column: str | None) -> Outcome:
@@ -192,5 +193,5 @@ class TableWrites:
             kind = "soft_truncate" if deleted_column else "truncate"
             return PendingVersion(base.table, out.new_files, carried, {"kind": kind, "counts": dict(counts)},
                                   out.change_parts(KIND_ROWS))
-        committed = self._commits.write(schema, table_name, produce)
+        committed = commit_one_step(self._commits, schema, table_name, produce)
         return Outcome(committed.version if committed else None, counts)

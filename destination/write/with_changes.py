@@ -3,6 +3,7 @@ change files are on (the store writes them before its commit record)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 
 from destination.changes.change_settings import ChangeSettings
 from destination.changes.files import STAGING, write_empty
@@ -15,7 +16,6 @@ from destination.changes.metadata import (
     change_set,
 )
 from destination.runtime import phases
-from destination.store.commit import Produce
 from destination.store.table_store import TableStore
 from destination.store.versions import Attempt, PendingVersion, RequestIdentity, TableVersion, VersionTarget
 from destination.write.jobs import JobRunner
@@ -39,16 +39,16 @@ class CommitsWithChanges:
                 pending.changes = self._complete_changes(attempt.schema, attempt.base, attempt.target, pending)
         return self.store.commit(attempt, pending, batch)
 
-    def write(self, schema: str, name: str, produce: Produce) -> TableVersion | None:
-        """Commit what `produce(base, target)` returns as the next version of `name` (None: nothing to change, the
-        latest version is returned), its change files completed: for changes of one step (definitions, copies,
-        placement, truncate); the store calls `produce` again on a new base after a conflict."""
-        def with_changes(base: TableVersion | None, target: VersionTarget) -> PendingVersion | None:
-            pending = produce(base, target)
-            if pending is not None and self._changes.enabled:
-                pending.changes = self._complete_changes(schema, base, target, pending)
-            return pending
-        return self.store.write(schema, name, with_changes)
+    def begin(self, schema: str, table: str, *, checked: TableVersion | None = None,
+              after: Attempt | None = None) -> Attempt:
+        """An attempt at the table's next version (TableStore.begin)."""
+        return self.store.begin(schema, table, checked=checked, after=after)
+
+    def abandon(self, attempt: Attempt) -> None:
+        self.store.abandon(attempt)
+
+    def held(self, attempt: Attempt) -> AbstractContextManager[None]:
+        return self.store.held(attempt)
 
     def _complete_changes(self, schema: str, base: TableVersion | None, target: VersionTarget,
                           pending: PendingVersion) -> ChangeSet:
