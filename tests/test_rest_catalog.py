@@ -212,7 +212,7 @@ def test_wrong_credentials_are_a_task_naming_the_catalog_without_the_secret(stor
     settings = settings_for(storage, s3_server, rest_client_secret="wrong-secret-value")
     with pytest.raises(CatalogRefused) as refused:
         commit_one_step(TableStore(storage, publish=publisher_for(TABLE_FORMATS, settings)), "rest_refused", "events",
-                                                                               appender(storage, 0))
+                        appender(storage, 0))
     message = str(refused.value)
     assert f"rest catalog 'fivetran' ({s3_server.iceberg_endpoint}" in message
     assert "wrong-secret-value" not in message and "Invalid client credentials" in message
@@ -331,7 +331,7 @@ def test_credentials_in_the_catalogs_url_reach_no_message_or_log_line(storage: S
                                                          "?apikey=url-key-2")
     with pytest.raises(CatalogUnavailable) as unavailable:
         commit_one_step(TableStore(storage, publish=publisher_for(TABLE_FORMATS, settings)), "rest_url", "events",
-                                                                               appender(storage, 0))
+                        appender(storage, 0))
     captured = capsys.readouterr()
     said = str(unavailable.value) + captured.out + captured.err
     assert f"rest catalog 'fivetran' (http://***@127.0.0.1:{port}/api?apikey=***" in str(unavailable.value)

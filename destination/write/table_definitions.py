@@ -48,7 +48,7 @@ class TableDefinitions:
         if existing is not None:
             return False, describe_difference(existing.table, table)
         commit_one_step(self._commits, schema, table.name,
-                             lambda base, target: PendingVersion(table, [], [], {"kind": "create_table"}))
+                        lambda base, target: PendingVersion(table, [], [], {"kind": "create_table"}))
         return True, ""
 
     def alter_table(self, schema: str, requested: TableDef, drop_columns: bool) -> Outcome:
