@@ -99,9 +99,6 @@ def _publish(args: argparse.Namespace) -> int:
     from destination.commands.publish import publish_command
     from destination.on_disk.options import TABLE_FORMATS_FIELD, table_formats
 
-    if args.command == "formats":
-        print("warning: `records-destination formats` is now `records-destination publish`; the old name goes in a "
-              "later release", file=sys.stderr)
     names = table_formats({TABLE_FORMATS_FIELD: _table_formats_option(args)})
     storage = open_root(args.root, _s3_options(args))
     return publish_command(storage, args.table, names, args.rebuild, catalog_from_file(args.catalog, storage.spec))
@@ -233,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("table", nargs="?", help="SCHEMA.TABLE (default: every table under the root)")
     _store_arguments(validate)
     validate.set_defaults(func=_validate)
-    publish = sub.add_parser("publish", aliases=["formats"],
+    publish = sub.add_parser("publish",
                              help="bring the Delta Lake and Iceberg metadata (and the --catalog entry) of a table, or "
                                   "of every table, up to its committed versions; --rebuild writes it anew ("
                                   "`formats`: its old name)")
@@ -285,7 +282,15 @@ def _store_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--s3-region")
 
 
+RENAMED = {"formats": "publish"}  # commands' old names, still taken (with a warning) until a later release
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in RENAMED:
+        print(f"warning: `records-destination {argv[0]}` is now `records-destination {RENAMED[argv[0]]}`; the old "
+              "name goes in a later release", file=sys.stderr)
+        argv[0] = RENAMED[argv[0]]
     args = build_parser().parse_args(argv)
     try:
         code = int(args.func(args) or 0)

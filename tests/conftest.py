@@ -115,17 +115,21 @@ def server_options(grpc_endpoint: tuple[str, DestinationService],
     """Change the in-process server's options for one test: the server reads its settings (the environment
     included) once when it starts, so setting a variable while it runs has no effect."""
     service = grpc_endpoint[1]
+    return lambda **changes: change_options(service, monkeypatch, **changes)
 
-    def change(**changes: Any) -> None:
-        monkeypatch.setattr(service, "options", replace(service.options, **changes))
-    return change
+
+def change_options(service: DestinationService, monkeypatch: pytest.MonkeyPatch, **changes: Any) -> None:
+    """The service's options changed for one test, where every part the server's assembly gave them holds them
+    (the service's handlers and its roots' write paths)."""
+    changed = replace(service.options, **changes)
+    monkeypatch.setattr(service, "options", changed)
+    monkeypatch.setattr(service.roots, "options", changed)
 
 
 @pytest.fixture
 def through_spark_tasks(grpc_endpoint: tuple[str, DestinationService], monkeypatch: pytest.MonkeyPatch) -> None:
     """The in-process server decodes every request's files in Spark tasks (small_request_bytes 0), for one test."""
-    service = grpc_endpoint[1]
-    monkeypatch.setattr(service, "options", replace(service.options, small_request_bytes=0))
+    change_options(grpc_endpoint[1], monkeypatch, small_request_bytes=0)
 
 
 @pytest.fixture(scope="session")

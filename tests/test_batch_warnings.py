@@ -2,7 +2,6 @@
 values stored as NULL (per column, with the count and the reason, never the values)."""
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,6 +9,7 @@ import pytest
 from destination.protocol import sdk
 from destination.tester.batchgen import NULL_STRING, UNMODIFIED_STRING
 from tests.batchfiles import write_csv
+from tests.conftest import change_options
 from tests.rpc_helpers import rows_of, table
 from tests.test_write_path import SYS, create, write
 
@@ -45,7 +45,7 @@ def test_values_that_did_not_convert_are_one_warning_per_column_with_count_and_r
     # into the empty table (Spark load tasks), a merge decoded on the driver, a merge decoded in Spark map tasks
     service = grpc_endpoint[1]
     for small_request_bytes in (16 << 20, 16 << 20, 0):
-        monkeypatch.setattr(service, "options", replace(service.options, small_request_bytes=small_request_bytes))
+        change_options(service, monkeypatch, small_request_bytes=small_request_bytes)
         write(stub, configuration, "nulled", t, tmp_path, rows)
         out = capsys.readouterr().out
         assert ("[WriteBatch] nulled.t: column 'n': 2 value(s) stored as NULL, DESTINATION_SERIALIZATION_ERROR "
