@@ -82,9 +82,6 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         self.spark = spark
         self.locks = TableLocks()
 
-    def write_path_of(self, configuration: Any) -> WritePath:
-        return self.roots.write_path_of(configuration)
-
     # ---- RPCs without a table ------------------------------------------------------------
 
     @staticmethod
@@ -150,7 +147,7 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
         problem = local_root_problem(spec.root, must_exist=True)  # None for s3://
         if problem is not None:
             raise UserActionRequired(f"{problem}: the Test creates nothing; create the folder or fix `root`")
-        storage = self.write_path_of(configuration).store.storage
+        storage = self.roots.write_path_of(configuration).store.storage
         probe = f".probe-{uuid.uuid4().hex}"
         payload = os.urandom(64)
         with storage.probing_root():
@@ -181,7 +178,7 @@ class DestinationService(sdk_grpc.DestinationConnectorServicer):
                 label = f"[{name}] {schema}.{table}"
                 started = time.monotonic()
                 try:
-                    write_path = self.write_path_of(request.configuration)
+                    write_path = self.roots.write_path_of(request.configuration)
                     with self.locks.hold(write_path.store.storage.spec.root, schema, table), _transient_storage_errors():
                         result, detail = method(self, request, write_path, schema, table)
                 except (UserActionRequired, CommitConflict) as exc:
